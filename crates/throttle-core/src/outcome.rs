@@ -1,0 +1,80 @@
+//! How a request ended, as the throttler needs to know it.
+
+use core::time::Duration;
+
+use crate::headers::header_delay;
+use crate::scope::BackoffParams;
+use crate::time::Timestamp;
+
+/// The result of a request, reported when its permit is released.
+///
+/// ```
+/// use throttle_core::{Outcome, Timestamp};
+///
+/// let ok = Outcome::status(200);
+/// let limited = Outcome::response(429, [("Retry-After", "7")], None);
+/// let failed = Outcome::error("timeout");
+/// let dropped = Outcome::Cancelled; // no answer: never a backoff trigger
+/// # let _ = (ok, limited, failed, dropped);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Outcome<'a> {
+    /// A response arrived.
+    Response {
+        /// Its HTTP status.
+        status: u16,
+        /// The wait its rate-limit headers asked for (see [`header_delay`]); honoured
+        /// only when the status is a backoff trigger.
+        header_delay: Option<Duration>,
+    },
+    /// The request failed with an error of this kind (`"timeout"`, `"connection"`,
+    /// `"data_loss"` or any name listed in `backoff_exceptions`).
+    Error(&'a str),
+    /// The request was abandoned without an outcome (a dropped permit, a cancelled
+    /// task). It frees its slots and never triggers backoff.
+    Cancelled,
+}
+
+impl<'a> Outcome<'a> {
+    /// A response with this status and no rate-limit headers.
+    pub fn status(status: u16) -> Self {
+        Outcome::Response {
+            status,
+            header_delay: None,
+        }
+    }
+
+    /// A response with this status whose headers are scanned for rate-limit delays.
+    /// `wall_clock` (time since the Unix epoch) is needed for HTTP-dates.
+    pub fn response<I, N, V>(status: u16, headers: I, wall_clock: Option<Timestamp>) -> Self
+    where
+        I: IntoIterator<Item = (N, V)>,
+        N: AsRef<[u8]>,
+        V: AsRef<[u8]>,
+    {
+        Outcome::Response {
+            status,
+            header_delay: header_delay(headers, wall_clock),
+        }
+    }
+
+    /// A failure of this kind.
+    pub fn error(kind: &'a str) -> Self {
+        Outcome::Error(kind)
+    }
+
+    pub(crate) fn is_trigger(&self, backoff: &BackoffParams) -> bool {
+        match *self {
+            Outcome::Response { status, .. } => backoff.triggers_on_status(status),
+            Outcome::Error(kind) => backoff.triggers_on_error(kind),
+            Outcome::Cancelled => false,
+        }
+    }
+
+    pub(crate) fn header_delay(&self) -> Option<Duration> {
+        match *self {
+            Outcome::Response { header_delay, .. } => header_delay,
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,732 @@
+//! One scope's throttling state: delay and jitter, concurrency, backoff and recovery,
+//! rampup, quotas and hard delays.
+//!
+//! Every method takes `now` and first applies the lazy updates due at or before it
+//! (recovery steps, rampup windows, quota windows), so the state is a pure function of
+//! the calls made and the times they were made at.
+
+use alloc::boxed::Box;
+use alloc::collections::VecDeque;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::net::{Ipv4Addr, Ipv6Addr};
+use core::time::Duration;
+
+use crate::config::{BackoffTarget, Jitter, Rampup, ScopeConfig, Settings};
+use crate::rng::JitterRng;
+use crate::time::{Timestamp, secs_to_duration};
+
+/// Rampup snaps the delay to its floor once it gets closer than this (seconds), so that a
+/// floor of 0 is reached in a bounded number of halvings and concurrency can start rising.
+const RAMPUP_SNAP: f64 = 0.001;
+
+/// What kind of thing a scope name denotes; decides its default concurrency.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ScopeKind {
+    /// An IP literal (v4 or v6, with or without a port): `concurrent_requests_per_ip`.
+    Ip,
+    /// A name with at least one dot: `concurrent_requests_per_domain`.
+    Domain,
+    /// Anything else (`localhost`, `api`, `cost`): `throttling_scope_concurrency`.
+    Other,
+}
+
+impl ScopeKind {
+    /// Classifies a scope name.
+    ///
+    /// ```
+    /// use throttle_core::ScopeKind;
+    ///
+    /// assert_eq!(ScopeKind::of("10.0.0.1:8080"), ScopeKind::Ip);
+    /// assert_eq!(ScopeKind::of("[::1]:443"), ScopeKind::Ip);
+    /// assert_eq!(ScopeKind::of("books.toscrape.com"), ScopeKind::Domain);
+    /// assert_eq!(ScopeKind::of("localhost:8000"), ScopeKind::Other);
+    /// assert_eq!(ScopeKind::of("cost"), ScopeKind::Other);
+    /// ```
+    pub fn of(name: &str) -> ScopeKind {
+        if is_ip_literal(name) {
+            ScopeKind::Ip
+        } else if name.contains('.') {
+            ScopeKind::Domain
+        } else {
+            ScopeKind::Other
+        }
+    }
+}
+
+fn is_ip_literal(name: &str) -> bool {
+    if let Some(rest) = name.strip_prefix('[') {
+        let Some((inner, tail)) = rest.split_once(']') else {
+            return false;
+        };
+        return inner.parse::<Ipv6Addr>().is_ok() && (tail.is_empty() || is_port(tail));
+    }
+    if name.parse::<Ipv6Addr>().is_ok() || name.parse::<Ipv4Addr>().is_ok() {
+        return true;
+    }
+    match name.rsplit_once(':') {
+        Some((host, port)) => host.parse::<Ipv4Addr>().is_ok() && port_digits(port),
+        None => false,
+    }
+}
+
+/// `:` followed by a port number.
+fn is_port(tail: &str) -> bool {
+    tail.strip_prefix(':').is_some_and(port_digits)
+}
+
+fn port_digits(p: &str) -> bool {
+    !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Backoff parameters of one scope, with the global settings filled in.
+#[derive(Clone, Debug)]
+pub(crate) struct BackoffParams {
+    codes: [u64; 10],
+    exceptions: Box<[Box<str>]>,
+    pub(crate) factor: f64,
+    pub(crate) min_delay: f64,
+    pub(crate) max_delay: f64,
+    pub(crate) jitter: Jitter,
+}
+
+impl BackoffParams {
+    pub(crate) fn triggers_on_status(&self, status: u16) -> bool {
+        let s = usize::from(status);
+        s < 640 && self.codes[s / 64] & (1 << (s % 64)) != 0
+    }
+
+    pub(crate) fn triggers_on_error(&self, kind: &str) -> bool {
+        self.exceptions.iter().any(|e| **e == *kind)
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RampupParams {
+    pub(crate) target: BackoffTarget,
+    pub(crate) delay_factor: f64,
+    pub(crate) min_delay: f64,
+}
+
+/// A scope's configuration resolved against the global settings: what a fresh state of
+/// that scope starts from.
+#[derive(Clone, Debug)]
+pub(crate) struct ScopeParams {
+    pub(crate) concurrency: u32,
+    pub(crate) explicit_concurrency: Option<u32>,
+    pub(crate) explicit_delay: Option<f64>,
+    pub(crate) min_concurrency: u32,
+    pub(crate) max_concurrency: u32,
+    pub(crate) delay: f64,
+    pub(crate) jitter: Jitter,
+    pub(crate) quota: Option<f64>,
+    pub(crate) quota_window: Duration,
+    pub(crate) backoff_window: Duration,
+    pub(crate) rampup: Option<RampupParams>,
+    pub(crate) backoff: BackoffParams,
+    pub(crate) ignore_robots_txt: bool,
+}
+
+impl ScopeParams {
+    /// Resolves `config` (possibly empty) for a scope of `kind`.
+    pub(crate) fn resolve(settings: &Settings, kind: ScopeKind, config: &ScopeConfig) -> Self {
+        let kind_default = match kind {
+            ScopeKind::Ip if settings.concurrent_requests_per_ip > 0 => {
+                settings.concurrent_requests_per_ip
+            }
+            ScopeKind::Ip | ScopeKind::Domain => settings.concurrent_requests_per_domain,
+            ScopeKind::Other => settings.throttling_scope_concurrency,
+        };
+        let min_concurrency = config.min_concurrency.unwrap_or(1);
+        let rampup = match &config.rampup {
+            Rampup::Off => None,
+            Rampup::On(r) => Some(RampupParams {
+                target: r.backoff_target.unwrap_or(settings.rampup_backoff_target),
+                delay_factor: r.delay_factor.unwrap_or(0.5),
+                min_delay: r.min_delay.unwrap_or(0.0),
+            }),
+        };
+        let concurrency = match (config.concurrency, rampup.is_some()) {
+            (Some(c), _) => c,
+            (None, true) => min_concurrency,
+            (None, false) => kind_default,
+        };
+        let b = config.backoff.clone().unwrap_or_default();
+        let mut codes = [0u64; 10];
+        for &c in b
+            .http_codes
+            .as_ref()
+            .unwrap_or(&settings.backoff_http_codes)
+        {
+            let c = usize::from(c);
+            if c < 640 {
+                codes[c / 64] |= 1 << (c % 64);
+            }
+        }
+        let exceptions: Vec<Box<str>> = b
+            .exceptions
+            .as_ref()
+            .unwrap_or(&settings.backoff_exceptions)
+            .iter()
+            .map(|e| Box::from(e.as_str()))
+            .collect();
+        ScopeParams {
+            concurrency,
+            explicit_concurrency: config.concurrency,
+            explicit_delay: config.delay,
+            min_concurrency,
+            max_concurrency: config
+                .max_concurrency
+                .unwrap_or(settings.concurrent_requests),
+            delay: config.delay.unwrap_or(settings.download_delay),
+            jitter: config.jitter.unwrap_or(settings.randomize_download_delay),
+            quota: config.quota,
+            quota_window: secs_to_duration(config.window.unwrap_or(settings.throttling_window)),
+            backoff_window: secs_to_duration(settings.backoff_window),
+            rampup,
+            backoff: BackoffParams {
+                codes,
+                exceptions: exceptions.into_boxed_slice(),
+                factor: b.delay_factor.unwrap_or(settings.backoff_delay_factor),
+                min_delay: b.min_delay.unwrap_or(settings.backoff_min_delay),
+                max_delay: b.max_delay.unwrap_or(settings.backoff_max_delay),
+                jitter: b.jitter.unwrap_or(settings.backoff_jitter),
+            },
+            ignore_robots_txt: config.ignore_robots_txt,
+        }
+    }
+}
+
+/// Whether one scope lets a request through right now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Gate {
+    Open,
+    /// A delay, hard backoff or quota window holds it until then.
+    NotUntil(Timestamp),
+    /// All concurrency slots are taken.
+    Full,
+}
+
+/// The mutable state of one scope.
+#[derive(Debug)]
+pub(crate) struct ScopeState {
+    /// `false` for a vacant slot (an evicted state whose slot awaits reuse).
+    pub(crate) live: bool,
+    pub(crate) name: Box<str>,
+    pub(crate) params: u32,
+    pub(crate) base_delay: f64,
+    pub(crate) delay: f64,
+    pub(crate) concurrency: u32,
+    pub(crate) active: u32,
+    pub(crate) level: u32,
+    pub(crate) next_allowed: Timestamp,
+    pub(crate) hard_until: Timestamp,
+    pub(crate) last_sent: Option<Timestamp>,
+    /// Start of the current recovery countdown (last trigger or last recovery step).
+    pub(crate) backoff_anchor: Timestamp,
+    /// Start of the current rampup window (rampup scopes, after the first send).
+    pub(crate) ramp_start: Option<Timestamp>,
+    pub(crate) window_triggers: u32,
+    /// Start of the current quota window (quota scopes, after the first send).
+    pub(crate) quota_start: Option<Timestamp>,
+    pub(crate) consumed: f64,
+    pub(crate) sent: u64,
+    pub(crate) done: u64,
+    pub(crate) triggers: u64,
+    pub(crate) last_used: Timestamp,
+    pub(crate) waiters: VecDeque<u64>,
+}
+
+impl ScopeState {
+    pub(crate) fn new(name: &str, params_index: u32, p: &ScopeParams, now: Timestamp) -> Self {
+        Self::blank(name, params_index, p.delay, p.concurrency, now)
+    }
+
+    fn blank(name: &str, params: u32, delay: f64, concurrency: u32, now: Timestamp) -> Self {
+        ScopeState {
+            live: true,
+            name: Box::from(name),
+            params,
+            base_delay: delay,
+            delay,
+            concurrency,
+            active: 0,
+            level: 0,
+            next_allowed: Timestamp::ZERO,
+            hard_until: Timestamp::ZERO,
+            last_sent: None,
+            backoff_anchor: now,
+            ramp_start: None,
+            window_triggers: 0,
+            quota_start: None,
+            consumed: 0.0,
+            sent: 0,
+            done: 0,
+            triggers: 0,
+            last_used: now,
+            waiters: VecDeque::new(),
+        }
+    }
+
+    /// A placeholder for a slot whose state was evicted (allocates nothing).
+    pub(crate) fn vacant() -> Self {
+        let mut s = ScopeState::blank("", 0, 0.0, 0, Timestamp::ZERO);
+        s.live = false;
+        s
+    }
+
+    /// Applies every lazy update due at or before `now`, in time order (a recovery step
+    /// before a rampup boundary at the same instant).
+    pub(crate) fn advance(&mut self, p: &ScopeParams, now: Timestamp) {
+        if let (Some(start), Some(_)) = (self.quota_start, p.quota) {
+            if let Some(elapsed) = now.checked_duration_since(start) {
+                let windows = div_duration(elapsed, p.quota_window);
+                if windows > 0 {
+                    self.quota_start = Some(start + mul_duration(p.quota_window, windows));
+                    self.consumed = 0.0;
+                }
+            }
+        }
+        let window = p.backoff_window;
+        loop {
+            let recovery_at = (self.level > 0).then(|| self.backoff_anchor + window);
+            let ramp_at = match (p.rampup, self.ramp_start) {
+                (Some(_), Some(start)) => Some(start + window),
+                _ => None,
+            };
+            let recover = match (recovery_at, ramp_at) {
+                (Some(r), Some(w)) if r <= now && r <= w => true,
+                (Some(r), None) if r <= now => true,
+                (_, Some(w)) if w <= now => false,
+                _ => break,
+            };
+            if recover {
+                self.recovery_step(p);
+            } else {
+                let Some(r) = p.rampup else { break };
+                self.rampup_boundary(p, &r);
+                // Nothing left to gain: skip the remaining quiet windows in one jump.
+                if self.level == 0 && self.window_triggers == 0 && self.ramp_saturated(p, &r) {
+                    if let Some(start) = self.ramp_start {
+                        let skip = div_duration(now.saturating_duration_since(start), window);
+                        self.ramp_start = Some(start + mul_duration(window, skip));
+                    }
+                }
+            }
+        }
+    }
+
+    fn recovery_step(&mut self, p: &ScopeParams) {
+        self.level -= 1;
+        self.backoff_anchor += p.backoff_window;
+        if self.level == 0 {
+            self.delay = self.base_delay;
+        } else {
+            self.delay = (self.delay / p.backoff.factor)
+                .max(self.base_delay)
+                .max(p.backoff.min_delay);
+        }
+        event!(debug, scope = %self.name, level = self.level, delay = self.delay, "backoff recovery step");
+    }
+
+    fn rampup_boundary(&mut self, p: &ScopeParams, r: &RampupParams) {
+        let triggers = core::mem::take(&mut self.window_triggers);
+        if let Some(start) = self.ramp_start {
+            self.ramp_start = Some(start + p.backoff_window);
+        }
+        // lo..=hi triggers hold the rate; more than hi was handled by backoff.
+        if triggers >= r.target.low || self.level > 0 {
+            return;
+        }
+        if self.delay > r.min_delay {
+            let mut next = (self.delay * r.delay_factor).max(r.min_delay);
+            if next - r.min_delay < RAMPUP_SNAP {
+                next = r.min_delay;
+            }
+            self.delay = next;
+            self.base_delay = next;
+            event!(debug, scope = %self.name, delay = next, "rampup: delay lowered");
+        } else if self.concurrency != 0 && self.concurrency < p.max_concurrency {
+            self.concurrency += 1;
+            event!(debug, scope = %self.name, concurrency = self.concurrency, "rampup: concurrency raised");
+        }
+    }
+
+    fn ramp_saturated(&self, p: &ScopeParams, r: &RampupParams) -> bool {
+        self.delay <= r.min_delay
+            && (self.concurrency == 0 || self.concurrency >= p.max_concurrency)
+    }
+
+    /// Whether a request consuming `amount` of this scope may go at `now`.
+    pub(crate) fn gate(&self, p: &ScopeParams, amount: f64, now: Timestamp) -> Gate {
+        let mut until = self.hard_until.max(self.next_allowed);
+        if let (Some(q), Some(start)) = (p.quota, self.quota_start) {
+            if self.consumed > 0.0 && self.consumed + amount > q {
+                until = until.max(start + p.quota_window);
+            }
+        }
+        // A full scope needs a completion whatever the clock says, so it is reported first.
+        if self.concurrency != 0 && self.active >= self.concurrency {
+            Gate::Full
+        } else if until > now {
+            Gate::NotUntil(until)
+        } else {
+            Gate::Open
+        }
+    }
+
+    /// The spacing to keep after a send at the current delay.
+    fn spacing(&self, p: &ScopeParams, rng: &mut JitterRng) -> f64 {
+        if self.level > 0 {
+            p.backoff
+                .jitter
+                .apply(self.delay, rng)
+                .max(p.backoff.min_delay)
+        } else {
+            p.jitter.apply(self.delay, rng)
+        }
+    }
+
+    pub(crate) fn record_send(
+        &mut self,
+        p: &ScopeParams,
+        amount: f64,
+        now: Timestamp,
+        rng: &mut JitterRng,
+    ) {
+        self.active += 1;
+        self.sent += 1;
+        self.last_sent = Some(now);
+        let spacing = self.spacing(p, rng);
+        self.next_allowed = self.next_allowed.max(now + secs_to_duration(spacing));
+        if p.rampup.is_some() && self.ramp_start.is_none() {
+            self.ramp_start = Some(now);
+        }
+        if p.quota.is_some() {
+            if self.quota_start.is_none() {
+                self.quota_start = Some(now);
+            }
+            self.consumed += amount;
+        }
+    }
+
+    pub(crate) fn record_done(&mut self) {
+        self.active = self.active.saturating_sub(1);
+        self.done += 1;
+    }
+
+    /// A backoff trigger at `now`, with the capped header delay if the response had one.
+    pub(crate) fn trigger(
+        &mut self,
+        p: &ScopeParams,
+        header: Option<Duration>,
+        now: Timestamp,
+        rng: &mut JitterRng,
+    ) {
+        self.level += 1;
+        self.triggers += 1;
+        self.window_triggers = self.window_triggers.saturating_add(1);
+        self.backoff_anchor = now;
+        let b = &p.backoff;
+        match header {
+            Some(h) => {
+                let h = h.min(secs_to_duration(b.max_delay));
+                self.hard_until = self.hard_until.max(now + h);
+                self.delay = self.delay.max(b.min_delay);
+                event!(debug, scope = %self.name, level = self.level, wait = h.as_secs_f64(), "backoff: header delay honoured");
+            }
+            None => {
+                let stepped = if self.delay == 0.0 {
+                    b.min_delay
+                } else {
+                    (self.delay * b.factor).clamp(b.min_delay, b.max_delay)
+                };
+                self.delay = self.delay.max(stepped);
+                let wait = b.jitter.apply(self.delay, rng).max(b.min_delay);
+                self.next_allowed = self.next_allowed.max(now + secs_to_duration(wait));
+                event!(debug, scope = %self.name, level = self.level, delay = self.delay, "backoff step");
+            }
+        }
+    }
+
+    /// `delay_scope`: a hard delay of `wait`, not capped, counted as a trigger.
+    pub(crate) fn hard_delay(&mut self, p: &ScopeParams, wait: Duration, now: Timestamp) {
+        self.level += 1;
+        self.triggers += 1;
+        self.window_triggers = self.window_triggers.saturating_add(1);
+        self.backoff_anchor = now;
+        self.hard_until = self.hard_until.max(now + wait);
+        self.delay = self.delay.max(p.backoff.min_delay);
+        event!(debug, scope = %self.name, level = self.level, wait = wait.as_secs_f64(), "scope delayed on request");
+    }
+
+    /// Changes the base delay at run time; the next send is re-spaced from the last one.
+    pub(crate) fn set_base_delay(&mut self, secs: f64) {
+        self.base_delay = secs;
+        if self.level == 0 {
+            self.delay = secs;
+        } else {
+            self.delay = self.delay.max(secs);
+        }
+        if let Some(last) = self.last_sent {
+            // Unjittered: the closest the new delay allows.
+            self.next_allowed = last + secs_to_duration(self.delay);
+        }
+    }
+
+    /// Raises the base delay to at least `secs` (Crawl-delay): never lowers anything.
+    pub(crate) fn raise_base_delay(&mut self, secs: f64) {
+        if secs > self.base_delay {
+            self.base_delay = secs;
+        }
+        self.delay = self.delay.max(self.base_delay);
+        if let Some(last) = self.last_sent {
+            self.next_allowed = self.next_allowed.max(last + secs_to_duration(self.delay));
+        }
+    }
+
+    /// A scope may be forgotten only when nothing about it matters for the future.
+    pub(crate) fn evictable(&self, now: Timestamp) -> bool {
+        self.active == 0
+            && self.level == 0
+            && self.next_allowed <= now
+            && self.hard_until <= now
+            && self.waiters.is_empty()
+            && self.consumed == 0.0
+    }
+
+    pub(crate) fn stats(&self) -> ScopeStats {
+        ScopeStats {
+            sent: self.sent,
+            done: self.done,
+            triggers: self.triggers,
+            active: self.active,
+            base_delay: self.base_delay,
+            delay: self.delay,
+            concurrency: self.concurrency,
+            level: self.level,
+            next_allowed: self.next_allowed,
+            hard_until: self.hard_until,
+            consumed: self.consumed,
+            waiting: self.waiters.len(),
+        }
+    }
+
+    pub(crate) fn snapshot(&self) -> ScopeSnapshot {
+        ScopeSnapshot {
+            scope: String::from(&*self.name),
+            base_delay: self.base_delay,
+            delay: self.delay,
+            concurrency: self.concurrency,
+            level: self.level,
+            next_allowed: self.next_allowed,
+            hard_until: self.hard_until,
+            last_sent: self.last_sent,
+            backoff_anchor: self.backoff_anchor,
+            ramp_start: self.ramp_start,
+            window_triggers: self.window_triggers,
+            quota_start: self.quota_start,
+            consumed: self.consumed,
+            sent: self.sent,
+            done: self.done,
+            triggers: self.triggers,
+        }
+    }
+
+    /// Takes over what a snapshot learned. In-flight counts are not restored: whatever
+    /// was in flight when the snapshot was taken is either done or will be redelivered.
+    pub(crate) fn restore(&mut self, s: &ScopeSnapshot) {
+        let finite = |v: f64| v.is_finite() && v >= 0.0;
+        if finite(s.base_delay) {
+            self.base_delay = s.base_delay;
+        }
+        if finite(s.delay) {
+            self.delay = s.delay.max(self.base_delay);
+        }
+        self.concurrency = s.concurrency;
+        self.level = s.level;
+        if self.level == 0 {
+            self.delay = self.base_delay;
+        }
+        self.next_allowed = s.next_allowed;
+        self.hard_until = s.hard_until;
+        self.last_sent = s.last_sent;
+        self.backoff_anchor = s.backoff_anchor;
+        self.ramp_start = s.ramp_start;
+        self.window_triggers = s.window_triggers;
+        self.quota_start = s.quota_start;
+        self.consumed = if finite(s.consumed) { s.consumed } else { 0.0 };
+        self.sent = s.sent;
+        self.done = s.done;
+        self.triggers = s.triggers;
+    }
+}
+
+/// Counters and current values of one scope, readable at any time.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct ScopeStats {
+    /// Requests sent.
+    pub sent: u64,
+    /// Requests completed.
+    pub done: u64,
+    /// Backoff triggers (including `delay_scope` calls).
+    pub triggers: u64,
+    /// Requests in flight now.
+    pub active: u32,
+    /// The base delay in seconds (configured, live-set, Crawl-delay or rampup).
+    pub base_delay: f64,
+    /// The current spacing delay in seconds (base delay, or higher while backing off).
+    pub delay: f64,
+    /// The current concurrency limit (0 = unlimited).
+    pub concurrency: u32,
+    /// The backoff level (0 = not backing off).
+    pub level: u32,
+    /// Earliest next send allowed by the spacing delay.
+    pub next_allowed: Timestamp,
+    /// Earliest next send allowed by a header delay or `delay_scope`.
+    pub hard_until: Timestamp,
+    /// Quota consumed in the current window.
+    pub consumed: f64,
+    /// Waiters queued on this scope.
+    pub waiting: usize,
+}
+
+/// Everything a scope has learned, in a form a store can keep (hibernation, resume).
+#[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[non_exhaustive]
+pub struct ScopeSnapshot {
+    /// The scope's name.
+    pub scope: String,
+    /// Base delay in seconds.
+    pub base_delay: f64,
+    /// Current delay in seconds.
+    pub delay: f64,
+    /// Current concurrency limit (0 = unlimited).
+    pub concurrency: u32,
+    /// Backoff level.
+    pub level: u32,
+    /// Earliest next send allowed by spacing.
+    pub next_allowed: Timestamp,
+    /// Earliest next send allowed by a hard delay.
+    pub hard_until: Timestamp,
+    /// Time of the last send.
+    pub last_sent: Option<Timestamp>,
+    /// Start of the current recovery countdown.
+    pub backoff_anchor: Timestamp,
+    /// Start of the current rampup window.
+    pub ramp_start: Option<Timestamp>,
+    /// Triggers seen in the current rampup window.
+    pub window_triggers: u32,
+    /// Start of the current quota window.
+    pub quota_start: Option<Timestamp>,
+    /// Quota consumed in the current window.
+    pub consumed: f64,
+    /// Requests sent.
+    pub sent: u64,
+    /// Requests completed.
+    pub done: u64,
+    /// Backoff triggers.
+    pub triggers: u64,
+}
+
+/// How many whole `window`s fit in `elapsed` (0 for an empty window).
+pub(crate) fn div_duration(elapsed: Duration, window: Duration) -> u64 {
+    let w = window.as_nanos();
+    if w == 0 {
+        return 0;
+    }
+    u64::try_from(elapsed.as_nanos() / w).unwrap_or(u64::MAX)
+}
+
+/// `window × n`, saturating.
+pub(crate) fn mul_duration(window: Duration, n: u64) -> Duration {
+    let nanos = window.as_nanos().saturating_mul(u128::from(n));
+    Duration::from_nanos(u64::try_from(nanos).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scope_kinds() {
+        for ip in [
+            "1.2.3.4",
+            "1.2.3.4:80",
+            "::1",
+            "[::1]",
+            "[2001:db8::1]:8443",
+            "fe80::1",
+        ] {
+            assert_eq!(ScopeKind::of(ip), ScopeKind::Ip, "{ip}");
+        }
+        for d in ["example.com", "books.toscrape.com:8080", "a.b", "1.2.3.4:x"] {
+            assert_eq!(ScopeKind::of(d), ScopeKind::Domain, "{d}");
+        }
+        for o in ["localhost", "api", "cost", "localhost:8080", "[::1", ""] {
+            assert_eq!(ScopeKind::of(o), ScopeKind::Other, "{o}");
+        }
+        // Not a valid IPv4 (octet too large), but has dots: a domain.
+        assert_eq!(ScopeKind::of("1.2.3.400"), ScopeKind::Domain);
+    }
+
+    #[test]
+    fn default_concurrency_by_kind() {
+        let mut s = Settings::default();
+        let c = |s: &Settings, name: &str| {
+            ScopeParams::resolve(s, ScopeKind::of(name), &ScopeConfig::default()).concurrency
+        };
+        assert_eq!(c(&s, "example.com"), 8);
+        assert_eq!(c(&s, "10.0.0.1"), 8, "per-ip 0 falls back to per-domain");
+        assert_eq!(c(&s, "api"), 1);
+        s.concurrent_requests_per_ip = 3;
+        assert_eq!(c(&s, "10.0.0.1"), 3);
+        let explicit =
+            ScopeParams::resolve(&s, ScopeKind::Other, &ScopeConfig::new().concurrency(0));
+        assert_eq!(explicit.concurrency, 0, "explicit wins; 0 = unlimited");
+        let ramp = ScopeParams::resolve(
+            &s,
+            ScopeKind::Domain,
+            &ScopeConfig::new()
+                .min_concurrency(2)
+                .rampup(Default::default()),
+        );
+        assert_eq!(ramp.concurrency, 2, "rampup starts at min_concurrency");
+        assert_eq!(ramp.max_concurrency, 16);
+    }
+
+    #[test]
+    fn backoff_code_set() {
+        let p = ScopeParams::resolve(
+            &Settings::default(),
+            ScopeKind::Domain,
+            &ScopeConfig::default(),
+        );
+        assert!(p.backoff.triggers_on_status(429));
+        assert!(p.backoff.triggers_on_status(524));
+        assert!(!p.backoff.triggers_on_status(500));
+        assert!(!p.backoff.triggers_on_status(200));
+        assert!(!p.backoff.triggers_on_status(u16::MAX));
+        assert!(p.backoff.triggers_on_error("timeout"));
+        assert!(!p.backoff.triggers_on_error("dns"));
+    }
+
+    #[test]
+    fn duration_helpers() {
+        assert_eq!(
+            div_duration(Duration::from_secs(125), Duration::from_secs(60)),
+            2
+        );
+        assert_eq!(div_duration(Duration::from_secs(5), Duration::ZERO), 0);
+        assert_eq!(
+            mul_duration(Duration::from_secs(60), 3),
+            Duration::from_secs(180)
+        );
+        assert_eq!(
+            mul_duration(Duration::MAX, u64::MAX),
+            Duration::from_nanos(u64::MAX)
+        );
+    }
+}

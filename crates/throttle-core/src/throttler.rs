@@ -1,0 +1,1001 @@
+//! The throttler: a bounded map of scope states, all-or-nothing admission over several
+//! scopes, release with outcomes, FIFO waiters, and the programmatic controls.
+
+use alloc::boxed::Box;
+use alloc::collections::BTreeMap;
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt;
+use core::hash::BuildHasher;
+use core::time::Duration;
+
+use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
+
+use crate::config::{ConfigError, ScopeConfig, Settings};
+use crate::lru::Lru;
+use crate::outcome::Outcome;
+use crate::rng::JitterRng;
+use crate::scope::{Gate, ScopeKind, ScopeParams, ScopeSnapshot, ScopeState, ScopeStats};
+use crate::time::{Monotonic, Timestamp, secs_to_duration};
+use crate::waiters::Waiters;
+
+/// How many scope states one operation may examine for eviction, beyond those it created.
+const EVICTION_BUDGET: usize = 2;
+
+/// One scope a request needs, and how much of its quota the request consumes.
+///
+/// A plain `&str` converts into a use with amount 1.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ScopeUse<'a> {
+    /// The scope's name (a host, an IP, `"api"`, `"cost"`, ...).
+    pub scope: &'a str,
+    /// Quota consumed if the scope has a quota. Negative or NaN amounts count as 0.
+    pub amount: f64,
+}
+
+impl<'a> ScopeUse<'a> {
+    /// A use of `scope` consuming one unit of its quota.
+    pub const fn new(scope: &'a str) -> Self {
+        ScopeUse { scope, amount: 1.0 }
+    }
+
+    /// A use of `scope` consuming `amount` of its quota.
+    pub const fn with_amount(scope: &'a str, amount: f64) -> Self {
+        ScopeUse { scope, amount }
+    }
+}
+
+impl<'a> From<&'a str> for ScopeUse<'a> {
+    fn from(scope: &'a str) -> Self {
+        ScopeUse::new(scope)
+    }
+}
+
+impl<'a> From<(&'a str, f64)> for ScopeUse<'a> {
+    fn from((scope, amount): (&'a str, f64)) -> Self {
+        ScopeUse::with_amount(scope, amount)
+    }
+}
+
+/// Per-request switches that change how the throttler treats it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct RequestFlags {
+    /// Its outcome never triggers backoff (login flows, one-off calls).
+    pub dont_track: bool,
+    /// Bypasses every gate, and is not counted anywhere.
+    pub dont_throttle: bool,
+}
+
+/// Why a request cannot go now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NotReady {
+    /// Delays, hard backoff or a quota window hold it: try again at this instant (the
+    /// earliest at which every scope could allow it).
+    NotUntil(Timestamp),
+    /// A concurrency limit (of a scope, or the global one) is reached, or earlier waiters
+    /// are queued on a scope: try again after a completion or a wake-up.
+    Blocked,
+}
+
+/// A reservation on every scope of one request. Hand it back with
+/// [`Throttler::release`] when the request finishes.
+///
+/// It is a small copyable handle: releasing it twice is harmless.
+#[must_use = "a permit holds concurrency slots until it is released"]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Permit {
+    slot: u32,
+    generation: u32,
+}
+
+/// A place in the FIFO queues of a request's scopes (see
+/// [`Throttler::try_acquire_or_enqueue`]). Tickets are handed out in increasing order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Ticket(pub(crate) u64);
+
+impl Ticket {
+    /// The ticket's number (increasing with arrival order).
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+/// The state of a queued request after [`Throttler::poll_ticket`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub enum TicketPoll {
+    /// Its turn came and every scope allowed it: the ticket is used up.
+    Ready(Permit),
+    /// Still waiting: `NotUntil(t)` means a wake-up is scheduled for `t`
+    /// ([`Throttler::poll_timeout`]); `Blocked` means it will be woken by a completion or
+    /// when the waiters ahead of it leave.
+    Waiting(NotReady),
+    /// No such ticket (already admitted or cancelled).
+    Unknown,
+}
+
+/// What a reported robots.txt Crawl-delay did.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum CrawlDelayDecision {
+    /// The scope now waits at least `delay` seconds between sends, one at a time (or
+    /// `concurrency` at a time if its `min_concurrency` is higher).
+    Applied {
+        /// The new base delay in seconds.
+        delay: f64,
+        /// The new concurrency limit.
+        concurrency: u32,
+    },
+    /// The scope's configuration is more aggressive and was kept; `warned` tells whether
+    /// this call emitted the (one-time) warning.
+    KeptConfig {
+        /// Whether this call logged the warning.
+        warned: bool,
+    },
+    /// `throttling_robotstxt_obey` is off.
+    Ignored,
+}
+
+/// A correction of a scope's quota consumption after the fact.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum QuotaReconcile {
+    /// Add this (possibly negative) amount to what was consumed.
+    Consumed(f64),
+    /// The server says this much is left: consumed = quota − remaining.
+    Remaining(f64),
+}
+
+/// Where evicted scope states go instead of being forgotten, and come back from.
+///
+/// With a hibernation store attached, a long crawl over millions of hosts keeps the
+/// rates it learned (rampup, Crawl-delay, backoff history) for hosts it revisits.
+pub trait ScopeHibernation {
+    /// Keeps the state of an evicted scope.
+    fn hibernate(&mut self, snapshot: ScopeSnapshot);
+    /// Returns (and forgets) the kept state of `scope`, if any.
+    fn wake(&mut self, scope: &str) -> Option<ScopeSnapshot>;
+}
+
+/// A [`ScopeHibernation`] that keeps snapshots in memory (tests, small crawls).
+#[derive(Clone, Debug, Default)]
+pub struct MemoryHibernation {
+    /// Hibernated snapshots by scope name.
+    pub snapshots: BTreeMap<String, ScopeSnapshot>,
+}
+
+impl ScopeHibernation for MemoryHibernation {
+    fn hibernate(&mut self, snapshot: ScopeSnapshot) {
+        self.snapshots.insert(snapshot.scope.clone(), snapshot);
+    }
+    fn wake(&mut self, scope: &str) -> Option<ScopeSnapshot> {
+        self.snapshots.remove(scope)
+    }
+}
+
+/// Counters of the throttler as a whole.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ThrottlerStats {
+    /// Scope states in memory.
+    pub live_scopes: usize,
+    /// Permits not yet released (counted ones: `dont_throttle` permits are not).
+    pub in_flight: u32,
+    /// Queued waiters.
+    pub waiting: usize,
+    /// Scope states created (including re-creations after eviction).
+    pub created: u64,
+    /// Scope states evicted.
+    pub evicted: u64,
+    /// Evicted states handed to the hibernation store.
+    pub hibernated: u64,
+    /// States brought back from the hibernation store.
+    pub woken: u64,
+}
+
+/// Emits one warning when too many requests are held back; re-arms once none are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HeldBackMonitor {
+    threshold: usize,
+    warned: bool,
+}
+
+impl HeldBackMonitor {
+    /// Warns when `threshold` requests are held back (0 disables the warning).
+    pub fn new(threshold: usize) -> Self {
+        HeldBackMonitor {
+            threshold,
+            warned: false,
+        }
+    }
+
+    /// Reports the number held back now; returns `true` if this call warned.
+    pub fn update(&mut self, held_back: usize) -> bool {
+        if held_back == 0 {
+            self.warned = false;
+            return false;
+        }
+        if self.warned || self.threshold == 0 || held_back < self.threshold {
+            return false;
+        }
+        self.warned = true;
+        event!(
+            warn,
+            held_back,
+            threshold = self.threshold,
+            "requests held back by throttling reached delayed_requests_warn_threshold; \
+             check the throttling settings"
+        );
+        true
+    }
+}
+
+/// Live changes and Crawl-delay results that must outlive an evicted scope state.
+#[derive(Clone, Copy, Debug, Default)]
+struct Override {
+    base_delay: Option<f64>,
+    concurrency: Option<u32>,
+    robots_warned: bool,
+}
+
+#[derive(Debug, Default)]
+struct PermitSlot {
+    generation: u32,
+    live: bool,
+    counted: bool,
+    dont_track: bool,
+    scopes: Vec<u32>,
+}
+
+/// The politeness engine: decides when a request to a set of scopes may go out.
+///
+/// It never reads a clock: pass `now` to every call. See the crate documentation for the
+/// decision loop.
+pub struct Throttler {
+    settings: Settings,
+    /// Resolved parameters: `[Ip, Domain, Other]` defaults, then one per named scope.
+    params: Vec<ScopeParams>,
+    named: HashMap<Box<str>, u32>,
+    overrides: HashMap<Box<str>, Override>,
+    hasher: DefaultHashBuilder,
+    index: HashTable<u32>,
+    slots: Vec<ScopeState>,
+    free_slots: Vec<u32>,
+    lru: Lru,
+    max_idle: Option<Duration>,
+    permits: Vec<PermitSlot>,
+    free_permits: Vec<u32>,
+    in_flight: u32,
+    rng: JitterRng,
+    clock: Monotonic,
+    waiters: Waiters,
+    held_back: HeldBackMonitor,
+    hibernation: Option<Box<dyn ScopeHibernation + Send>>,
+    stats: ThrottlerStats,
+    scratch: Vec<(u32, f64)>,
+}
+
+impl fmt::Debug for Throttler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Throttler")
+            .field("stats", &self.stats())
+            .field("now", &self.clock.latest())
+            .finish_non_exhaustive()
+    }
+}
+
+fn kind_index(kind: ScopeKind) -> u32 {
+    match kind {
+        ScopeKind::Ip => 0,
+        ScopeKind::Domain => 1,
+        ScopeKind::Other => 2,
+    }
+}
+
+fn check_secs(key: &str, secs: f64) -> Result<(), ConfigError> {
+    if secs.is_finite() && secs >= 0.0 {
+        Ok(())
+    } else {
+        Err(ConfigError::new(
+            &key,
+            format!("must be a finite number of seconds >= 0, got {secs}"),
+        ))
+    }
+}
+
+impl Throttler {
+    /// A throttler for `settings` (validated first), starting at `now`.
+    pub fn new(settings: Settings, now: Timestamp) -> Result<Self, ConfigError> {
+        settings.validate()?;
+        let empty = ScopeConfig::default();
+        let mut params = Vec::with_capacity(3 + settings.scopes.len());
+        for kind in [ScopeKind::Ip, ScopeKind::Domain, ScopeKind::Other] {
+            params.push(ScopeParams::resolve(&settings, kind, &empty));
+        }
+        let mut named = HashMap::with_capacity(settings.scopes.len());
+        for (name, config) in &settings.scopes {
+            named.insert(Box::from(name.as_str()), params.len() as u32);
+            params.push(ScopeParams::resolve(&settings, ScopeKind::of(name), config));
+        }
+        let max_idle = (settings.throttling_scope_max_idle > 0.0)
+            .then(|| secs_to_duration(settings.throttling_scope_max_idle));
+        Ok(Throttler {
+            rng: JitterRng::new(settings.seed),
+            held_back: HeldBackMonitor::new(settings.delayed_requests_warn_threshold as usize),
+            params,
+            named,
+            overrides: HashMap::new(),
+            hasher: DefaultHashBuilder::default(),
+            index: HashTable::new(),
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            lru: Lru::new(),
+            max_idle,
+            permits: Vec::new(),
+            free_permits: Vec::new(),
+            in_flight: 0,
+            clock: Monotonic::new(now),
+            waiters: Waiters::default(),
+            hibernation: None,
+            stats: ThrottlerStats::default(),
+            scratch: Vec::new(),
+            settings,
+        })
+    }
+
+    /// The settings this throttler was built with.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Attaches a store for evicted scope states (see [`ScopeHibernation`]).
+    pub fn set_hibernation(&mut self, store: Box<dyn ScopeHibernation + Send>) {
+        self.hibernation = Some(store);
+    }
+
+    /// Detaches and returns the hibernation store.
+    pub fn take_hibernation(&mut self) -> Option<Box<dyn ScopeHibernation + Send>> {
+        self.hibernation.take()
+    }
+
+    /// Tries to reserve every scope of a request at once.
+    ///
+    /// On success the request may be sent now and the permit must be
+    /// [released](Self::release) when it finishes. Otherwise nothing was reserved anywhere.
+    /// A new arrival never overtakes waiters queued with
+    /// [`try_acquire_or_enqueue`](Self::try_acquire_or_enqueue) on one of its scopes.
+    pub fn try_acquire(
+        &mut self,
+        scopes: &[ScopeUse<'_>],
+        now: Timestamp,
+    ) -> Result<Permit, NotReady> {
+        self.try_acquire_with(scopes, RequestFlags::default(), now)
+    }
+
+    /// [`try_acquire`](Self::try_acquire) with per-request flags.
+    pub fn try_acquire_with(
+        &mut self,
+        scopes: &[ScopeUse<'_>],
+        flags: RequestFlags,
+        now: Timestamp,
+    ) -> Result<Permit, NotReady> {
+        let now = self.clock.clamp(now);
+        if flags.dont_throttle {
+            return Ok(self.new_permit(&[], false, flags.dont_track));
+        }
+        let mut list = core::mem::take(&mut self.scratch);
+        let created = self.resolve_all(scopes, now, &mut list);
+        let result = self.admit(&list, flags, now);
+        self.scratch = list;
+        self.evict_some(now, created + EVICTION_BUDGET);
+        result
+    }
+
+    /// Whether [`try_acquire`](Self::try_acquire) would succeed now, without reserving.
+    pub fn check(&mut self, scopes: &[ScopeUse<'_>], now: Timestamp) -> Result<(), NotReady> {
+        let now = self.clock.clamp(now);
+        let mut list = core::mem::take(&mut self.scratch);
+        let created = self.resolve_all(scopes, now, &mut list);
+        let result = self.gate_all(&list, now, true);
+        self.scratch = list;
+        self.evict_some(now, created + EVICTION_BUDGET);
+        result
+    }
+
+    /// Finishes a request: frees its slots and feeds its outcome to backoff on every one
+    /// of its scopes. Returns `false` (and does nothing) if the permit was already
+    /// released.
+    pub fn release(&mut self, permit: Permit, outcome: &Outcome<'_>, now: Timestamp) -> bool {
+        let now = self.clock.clamp(now);
+        let Some(slot) = self.permits.get_mut(permit.slot as usize) else {
+            return false;
+        };
+        if !slot.live || slot.generation != permit.generation {
+            return false;
+        }
+        slot.live = false;
+        slot.generation = slot.generation.wrapping_add(1);
+        let scopes = core::mem::take(&mut slot.scopes);
+        let (counted, dont_track) = (slot.counted, slot.dont_track);
+        let header = outcome.header_delay();
+        for &i in &scopes {
+            let state = &mut self.slots[i as usize];
+            let p = &self.params[state.params as usize];
+            state.advance(p, now);
+            state.record_done();
+            if !dont_track && outcome.is_trigger(&p.backoff) {
+                state.trigger(p, header, now, &mut self.rng);
+            }
+            state.last_used = now;
+            self.lru.touch(i);
+            if let Some(&head) = state.waiters.front() {
+                self.waiters.wake(head);
+            }
+        }
+        if counted {
+            self.in_flight -= 1;
+            self.waiters.wake_global();
+        }
+        let slot = &mut self.permits[permit.slot as usize];
+        slot.scopes = scopes;
+        slot.scopes.clear();
+        self.free_permits.push(permit.slot);
+        self.evict_some(now, EVICTION_BUDGET);
+        true
+    }
+
+    /// Like [`try_acquire_with`](Self::try_acquire_with), but on failure takes a place in
+    /// the FIFO queue of each of the request's scopes and returns its ticket.
+    ///
+    /// Drive the ticket with [`poll_ticket`](Self::poll_ticket) whenever
+    /// [`poll_wakeup`](Self::poll_wakeup) yields it. Waiters on a scope are admitted in
+    /// ticket order, so none starves.
+    pub fn try_acquire_or_enqueue(
+        &mut self,
+        scopes: &[ScopeUse<'_>],
+        flags: RequestFlags,
+        now: Timestamp,
+    ) -> Result<Permit, (Ticket, NotReady)> {
+        let now = self.clock.clamp(now);
+        if flags.dont_throttle {
+            return Ok(self.new_permit(&[], false, flags.dont_track));
+        }
+        let mut list = core::mem::take(&mut self.scratch);
+        let created = self.resolve_all(scopes, now, &mut list);
+        let result = self.admit(&list, flags, now);
+        let result = match result {
+            Ok(permit) => Ok(permit),
+            Err(_) => {
+                let ticket = self.waiters.insert(list.clone(), flags);
+                for &(i, _) in &list {
+                    self.slots[i as usize].waiters.push_back(ticket.0);
+                }
+                self.held_back.update(self.waiters.len());
+                match self.poll_ticket(ticket, now) {
+                    TicketPoll::Ready(permit) => Ok(permit),
+                    TicketPoll::Waiting(why) => Err((ticket, why)),
+                    TicketPoll::Unknown => Err((ticket, NotReady::Blocked)),
+                }
+            }
+        };
+        self.scratch = list;
+        self.evict_some(now, created + EVICTION_BUDGET);
+        result
+    }
+
+    /// Tries to admit a queued request. It goes only when it is first in the queue of
+    /// every one of its scopes and all of them allow it.
+    pub fn poll_ticket(&mut self, ticket: Ticket, now: Timestamp) -> TicketPoll {
+        let now = self.clock.clamp(now);
+        let Some(entry) = self.waiters.take(ticket.0) else {
+            return TicketPoll::Unknown;
+        };
+        let mut first_everywhere = true;
+        for &(i, _) in &entry.scopes {
+            let state = &mut self.slots[i as usize];
+            state.advance(&self.params[state.params as usize], now);
+            first_everywhere &= state.waiters.front() == Some(&ticket.0);
+        }
+        if !first_everywhere {
+            self.waiters.put_back(ticket.0, entry);
+            return TicketPoll::Waiting(NotReady::Blocked);
+        }
+        if self.in_flight >= self.settings.concurrent_requests {
+            self.waiters.put_back(ticket.0, entry);
+            self.waiters.block_on_global(ticket.0);
+            return TicketPoll::Waiting(NotReady::Blocked);
+        }
+        match self.gate_all(&entry.scopes, now, false) {
+            Err(why) => {
+                self.waiters.put_back(ticket.0, entry);
+                if let NotReady::NotUntil(t) = why {
+                    self.waiters.schedule(ticket.0, t);
+                }
+                // A global slot is free but this waiter cannot use it: pass it on.
+                self.waiters.wake_global();
+                TicketPoll::Waiting(why)
+            }
+            Ok(()) => {
+                for &(i, _) in &entry.scopes {
+                    let queue = &mut self.slots[i as usize].waiters;
+                    queue.pop_front();
+                    if let Some(&next) = queue.front() {
+                        self.waiters.wake(next);
+                    }
+                }
+                self.held_back.update(self.waiters.len());
+                TicketPoll::Ready(self.reserve(&entry.scopes, entry.flags, now))
+            }
+        }
+    }
+
+    /// Gives up a queued request. Returns `false` for an unknown ticket.
+    pub fn cancel(&mut self, ticket: Ticket) -> bool {
+        let Some(entry) = self.waiters.take(ticket.0) else {
+            return false;
+        };
+        for &(i, _) in &entry.scopes {
+            let queue = &mut self.slots[i as usize].waiters;
+            if queue.front() == Some(&ticket.0) {
+                queue.pop_front();
+                if let Some(&next) = queue.front() {
+                    self.waiters.wake(next);
+                }
+            } else if let Some(pos) = queue.iter().position(|&t| t == ticket.0) {
+                queue.remove(pos);
+            }
+        }
+        self.held_back.update(self.waiters.len());
+        true
+    }
+
+    /// The next instant at which a queued request may become admissible, if any.
+    /// Sleep until then and call [`handle_timeout`](Self::handle_timeout).
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Timestamp> {
+        self.waiters.next_deadline()
+    }
+
+    /// Wakes the waiters whose scheduled instant has come. Harmless to call early or
+    /// twice; afterwards [`poll_timeout`](Self::poll_timeout) is `None` or later than `now`.
+    pub fn handle_timeout(&mut self, now: Timestamp) {
+        let now = self.clock.clamp(now);
+        self.waiters.expire(now);
+    }
+
+    /// The next queued request that should call [`poll_ticket`](Self::poll_ticket), in
+    /// the order they became eligible.
+    #[must_use]
+    pub fn poll_wakeup(&mut self) -> Option<Ticket> {
+        self.waiters.next_wakeup().map(Ticket)
+    }
+
+    /// Holds back every request of `scope` for at least `secs` seconds, counted as a
+    /// backoff trigger (level + 1). Unlike header delays it is not capped by
+    /// `backoff_max_delay`. Use it for soft blocks backoff cannot see (a maintenance page
+    /// served with status 200).
+    pub fn delay_scope(
+        &mut self,
+        scope: &str,
+        secs: f64,
+        now: Timestamp,
+    ) -> Result<(), ConfigError> {
+        check_secs("delay_scope", secs)?;
+        let now = self.clock.clamp(now);
+        let (i, created) = self.resolve(scope, now);
+        let state = &mut self.slots[i as usize];
+        state.hard_delay(
+            &self.params[state.params as usize],
+            secs_to_duration(secs),
+            now,
+        );
+        self.evict_some(now, usize::from(created) + EVICTION_BUDGET);
+        Ok(())
+    }
+
+    /// Applies a robots.txt Crawl-delay reported for `scope` (SPEC 3.6): capped at
+    /// `throttling_robotstxt_max_delay`; if the scope's configured delay is lower or its
+    /// configured concurrency above 1, the configuration is kept and one warning is logged
+    /// (unless `ignore_robots_txt`); otherwise the base delay is raised to the value and the
+    /// concurrency set to 1 (floored at `min_concurrency`). Survives eviction.
+    pub fn handle_crawl_delay(
+        &mut self,
+        scope: &str,
+        secs: f64,
+        now: Timestamp,
+    ) -> Result<CrawlDelayDecision, ConfigError> {
+        check_secs("crawl_delay", secs)?;
+        if !self.settings.throttling_robotstxt_obey {
+            event!(
+                debug,
+                scope,
+                crawl_delay = secs,
+                "crawl-delay ignored (throttling_robotstxt_obey is off)"
+            );
+            return Ok(CrawlDelayDecision::Ignored);
+        }
+        let now = self.clock.clamp(now);
+        let capped = secs.min(self.settings.throttling_robotstxt_max_delay);
+        let p = &self.params[self.params_index(scope) as usize];
+        let conflicts = p.explicit_delay.is_some_and(|d| d < capped)
+            || p.explicit_concurrency.is_some_and(|c| c == 0 || c > 1);
+        let (ignore_robots, min_concurrency, configured_delay) =
+            (p.ignore_robots_txt, p.min_concurrency, p.delay);
+        let ov = self.overrides.entry(Box::from(scope)).or_default();
+        if conflicts {
+            let warned = !ignore_robots && !ov.robots_warned;
+            if warned {
+                ov.robots_warned = true;
+                event!(
+                    warn,
+                    scope,
+                    crawl_delay = capped,
+                    "the scope's configured delay/concurrency is more aggressive than its \
+                     robots.txt Crawl-delay; keeping the configuration \
+                     (set ignore_robots_txt to silence this)"
+                );
+            }
+            return Ok(CrawlDelayDecision::KeptConfig { warned });
+        }
+        let delay = ov.base_delay.unwrap_or(configured_delay).max(capped);
+        let concurrency = min_concurrency.max(1);
+        ov.base_delay = Some(delay);
+        ov.concurrency = Some(concurrency);
+        let (i, created) = self.resolve(scope, now);
+        let state = &mut self.slots[i as usize];
+        state.raise_base_delay(delay);
+        state.concurrency = concurrency;
+        event!(debug, scope, delay, concurrency, "crawl-delay applied");
+        self.evict_some(now, usize::from(created) + EVICTION_BUDGET);
+        Ok(CrawlDelayDecision::Applied { delay, concurrency })
+    }
+
+    /// Changes the base delay of `scope` at run time (kept across eviction). While the
+    /// scope is backing off its current delay never drops below the backoff delay.
+    pub fn set_scope_delay(
+        &mut self,
+        scope: &str,
+        secs: f64,
+        now: Timestamp,
+    ) -> Result<(), ConfigError> {
+        check_secs("delay", secs)?;
+        let now = self.clock.clamp(now);
+        self.overrides
+            .entry(Box::from(scope))
+            .or_default()
+            .base_delay = Some(secs);
+        let (i, created) = self.resolve(scope, now);
+        self.slots[i as usize].set_base_delay(secs);
+        self.wake_scope(i);
+        self.evict_some(now, usize::from(created) + EVICTION_BUDGET);
+        Ok(())
+    }
+
+    /// Changes the concurrency limit of `scope` at run time (0 = unlimited; kept across
+    /// eviction). It must not be below the scope's `min_concurrency`.
+    pub fn set_scope_concurrency(
+        &mut self,
+        scope: &str,
+        concurrency: u32,
+        now: Timestamp,
+    ) -> Result<(), ConfigError> {
+        let min = self.params[self.params_index(scope) as usize].min_concurrency;
+        if concurrency != 0 && concurrency < min {
+            return Err(ConfigError::new(
+                &"concurrency",
+                format!("must not be below the scope's min_concurrency ({concurrency} < {min})"),
+            ));
+        }
+        let now = self.clock.clamp(now);
+        self.overrides
+            .entry(Box::from(scope))
+            .or_default()
+            .concurrency = Some(concurrency);
+        let (i, created) = self.resolve(scope, now);
+        self.slots[i as usize].concurrency = concurrency;
+        self.wake_scope(i);
+        self.evict_some(now, usize::from(created) + EVICTION_BUDGET);
+        Ok(())
+    }
+
+    /// Corrects the quota consumption of `scope` after the fact, e.g. from an API's cost
+    /// header. Does nothing for a scope without a quota.
+    pub fn reconcile_quota(
+        &mut self,
+        scope: &str,
+        how: QuotaReconcile,
+        now: Timestamp,
+    ) -> Result<(), ConfigError> {
+        let (key, value) = match how {
+            QuotaReconcile::Consumed(v) => ("consumed", v),
+            QuotaReconcile::Remaining(v) => ("remaining", v),
+        };
+        if !value.is_finite() {
+            return Err(ConfigError::new(
+                &key,
+                format!("must be finite, got {value}"),
+            ));
+        }
+        let now = self.clock.clamp(now);
+        let (i, created) = self.resolve(scope, now);
+        let state = &mut self.slots[i as usize];
+        if let Some(quota) = self.params[state.params as usize].quota {
+            state.consumed = match how {
+                QuotaReconcile::Consumed(d) => (state.consumed + d).max(0.0),
+                QuotaReconcile::Remaining(r) => (quota - r).max(0.0),
+            };
+            if state.consumed > 0.0 && state.quota_start.is_none() {
+                state.quota_start = Some(now);
+            }
+            self.wake_scope(i);
+        }
+        self.evict_some(now, usize::from(created) + EVICTION_BUDGET);
+        Ok(())
+    }
+
+    /// Counters and current values of `scope`, if its state is in memory.
+    pub fn scope_stats(&self, scope: &str) -> Option<ScopeStats> {
+        self.find(scope).map(|i| self.slots[i as usize].stats())
+    }
+
+    /// Every scope state in memory with its stats, in no particular order.
+    pub fn scopes(&self) -> impl Iterator<Item = (&str, ScopeStats)> + '_ {
+        self.slots
+            .iter()
+            .filter(|s| s.live)
+            .map(|s| (&*s.name, s.stats()))
+    }
+
+    /// Counters of the throttler as a whole.
+    pub fn stats(&self) -> ThrottlerStats {
+        ThrottlerStats {
+            live_scopes: self.index.len(),
+            in_flight: self.in_flight,
+            waiting: self.waiters.len(),
+            ..self.stats
+        }
+    }
+
+    /// Requests in flight (released permits excluded, `dont_throttle` ones not counted).
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight
+    }
+
+    /// What `scope` has learned, for a store to keep.
+    pub fn snapshot(&self, scope: &str) -> Option<ScopeSnapshot> {
+        self.find(scope).map(|i| self.slots[i as usize].snapshot())
+    }
+
+    /// Snapshots of every scope state in memory.
+    pub fn snapshots(&self) -> impl Iterator<Item = ScopeSnapshot> + '_ {
+        self.slots
+            .iter()
+            .filter(|s| s.live)
+            .map(ScopeState::snapshot)
+    }
+
+    /// Brings back what a scope had learned (after a restart, say). Requests that were in
+    /// flight when the snapshot was taken are not counted again.
+    pub fn restore(&mut self, snapshot: &ScopeSnapshot, now: Timestamp) {
+        let now = self.clock.clamp(now);
+        let (i, created) = self.resolve(&snapshot.scope, now);
+        self.slots[i as usize].restore(snapshot);
+        self.wake_scope(i);
+        self.evict_some(now, usize::from(created) + EVICTION_BUDGET);
+    }
+
+    fn params_index(&self, name: &str) -> u32 {
+        self.named
+            .get(name)
+            .copied()
+            .unwrap_or_else(|| kind_index(ScopeKind::of(name)))
+    }
+
+    fn find(&self, name: &str) -> Option<u32> {
+        let hash = self.hasher.hash_one(name);
+        let slots = &self.slots;
+        self.index
+            .find(hash, |&i| *slots[i as usize].name == *name)
+            .copied()
+    }
+
+    /// The slot of `name`'s state, created if needed, brought up to `now` and marked as
+    /// just used. Returns whether it was created.
+    fn resolve(&mut self, name: &str, now: Timestamp) -> (u32, bool) {
+        let hash = self.hasher.hash_one(name);
+        let slots = &self.slots;
+        let found = self
+            .index
+            .find(hash, |&i| *slots[i as usize].name == *name)
+            .copied();
+        let (i, created) = match found {
+            Some(i) => {
+                let state = &mut self.slots[i as usize];
+                state.advance(&self.params[state.params as usize], now);
+                (i, false)
+            }
+            None => (self.create(name, hash, now), true),
+        };
+        self.slots[i as usize].last_used = now;
+        self.lru.touch(i);
+        (i, created)
+    }
+
+    fn create(&mut self, name: &str, hash: u64, now: Timestamp) -> u32 {
+        let params = self.params_index(name);
+        let mut state = ScopeState::new(name, params, &self.params[params as usize], now);
+        if let Some(ov) = self.overrides.get(name) {
+            if let Some(d) = ov.base_delay {
+                state.set_base_delay(d);
+            }
+            if let Some(c) = ov.concurrency {
+                state.concurrency = c;
+            }
+        }
+        if let Some(snapshot) = self.hibernation.as_mut().and_then(|h| h.wake(name)) {
+            state.restore(&snapshot);
+            state.advance(&self.params[params as usize], now);
+            self.stats.woken += 1;
+        }
+        let i = match self.free_slots.pop() {
+            Some(i) => {
+                self.slots[i as usize] = state;
+                i
+            }
+            None => {
+                self.slots.push(state);
+                (self.slots.len() - 1) as u32
+            }
+        };
+        let (hasher, slots) = (&self.hasher, &self.slots);
+        self.index
+            .insert_unique(hash, i, |&j| hasher.hash_one(&*slots[j as usize].name));
+        self.lru.push_front(i);
+        self.stats.created += 1;
+        i
+    }
+
+    /// Resolves every scope of a request into `list` (slot, amount), merging repeated
+    /// names. Returns how many states were created.
+    fn resolve_all(
+        &mut self,
+        scopes: &[ScopeUse<'_>],
+        now: Timestamp,
+        list: &mut Vec<(u32, f64)>,
+    ) -> usize {
+        list.clear();
+        let mut created = 0;
+        for u in scopes {
+            let amount = if u.amount.is_nan() || u.amount < 0.0 {
+                0.0
+            } else {
+                u.amount
+            };
+            let (i, new) = self.resolve(u.scope, now);
+            created += usize::from(new);
+            match list.iter_mut().find(|(j, _)| *j == i) {
+                Some((_, a)) => *a += amount,
+                None => list.push((i, amount)),
+            }
+        }
+        created
+    }
+
+    /// Checks every gate; `fair` also refuses to overtake queued waiters.
+    fn gate_all(&self, list: &[(u32, f64)], now: Timestamp, fair: bool) -> Result<(), NotReady> {
+        if self.in_flight >= self.settings.concurrent_requests {
+            return Err(NotReady::Blocked);
+        }
+        let mut until: Option<Timestamp> = None;
+        let mut full = false;
+        for &(i, amount) in list {
+            let state = &self.slots[i as usize];
+            if fair && !state.waiters.is_empty() {
+                full = true;
+                continue;
+            }
+            match state.gate(&self.params[state.params as usize], amount, now) {
+                Gate::Open => {}
+                Gate::NotUntil(t) => until = Some(until.map_or(t, |u| u.max(t))),
+                Gate::Full => full = true,
+            }
+        }
+        match (full, until) {
+            (true, _) => Err(NotReady::Blocked),
+            (false, Some(t)) => Err(NotReady::NotUntil(t)),
+            (false, None) => Ok(()),
+        }
+    }
+
+    fn admit(
+        &mut self,
+        list: &[(u32, f64)],
+        flags: RequestFlags,
+        now: Timestamp,
+    ) -> Result<Permit, NotReady> {
+        self.gate_all(list, now, true)?;
+        Ok(self.reserve(list, flags, now))
+    }
+
+    /// Records the send on every scope and hands out the permit.
+    fn reserve(&mut self, list: &[(u32, f64)], flags: RequestFlags, now: Timestamp) -> Permit {
+        for &(i, amount) in list {
+            let state = &mut self.slots[i as usize];
+            state.record_send(
+                &self.params[state.params as usize],
+                amount,
+                now,
+                &mut self.rng,
+            );
+        }
+        self.in_flight += 1;
+        self.new_permit(list, true, flags.dont_track)
+    }
+
+    fn new_permit(&mut self, list: &[(u32, f64)], counted: bool, dont_track: bool) -> Permit {
+        let slot = match self.free_permits.pop() {
+            Some(s) => s,
+            None => {
+                self.permits.push(PermitSlot::default());
+                (self.permits.len() - 1) as u32
+            }
+        };
+        let p = &mut self.permits[slot as usize];
+        p.live = true;
+        p.counted = counted;
+        p.dont_track = dont_track;
+        p.scopes.clear();
+        p.scopes.extend(list.iter().map(|&(i, _)| i));
+        Permit {
+            slot,
+            generation: p.generation,
+        }
+    }
+
+    /// Something about scope `i` changed for the better: let its first waiter look again.
+    fn wake_scope(&mut self, i: u32) {
+        if let Some(&head) = self.slots[i as usize].waiters.front() {
+            self.waiters.wake(head);
+        }
+    }
+
+    /// Evicts least recently used states while over `throttling_scope_limit` or idle for
+    /// `throttling_scope_max_idle`, examining at most `budget` of them. A state that must
+    /// be kept (in flight, backing off, a future send time, waiters, quota in use) goes
+    /// back to the front instead, so the work per operation stays constant.
+    fn evict_some(&mut self, now: Timestamp, budget: usize) {
+        let limit = self.settings.throttling_scope_limit as usize;
+        for _ in 0..budget {
+            let Some(i) = self.lru.tail() else { return };
+            let over = limit != 0 && self.index.len() > limit;
+            let state = &mut self.slots[i as usize];
+            let idle = self.max_idle.is_some_and(|m| state.last_used + m <= now);
+            if !over && !idle {
+                return;
+            }
+            state.advance(&self.params[state.params as usize], now);
+            if state.evictable(now) {
+                self.evict(i);
+            } else {
+                state.last_used = now;
+                self.lru.touch(i);
+            }
+        }
+    }
+
+    fn evict(&mut self, i: u32) {
+        let state = core::mem::replace(&mut self.slots[i as usize], ScopeState::vacant());
+        let hash = self.hasher.hash_one(&*state.name);
+        if let Ok(entry) = self.index.find_entry(hash, |&j| j == i) {
+            entry.remove();
+        }
+        self.lru.remove(i);
+        self.free_slots.push(i);
+        self.stats.evicted += 1;
+        event!(debug, scope = %state.name, "scope state evicted");
+        if let Some(h) = self.hibernation.as_mut() {
+            h.hibernate(state.snapshot());
+            self.stats.hibernated += 1;
+        }
+    }
+}

@@ -1,0 +1,140 @@
+//! Bookkeeping of queued requests: tickets, their scheduled wake-ups, and the order in
+//! which they should look again. The per-scope FIFO queues live in the scope states; this
+//! module owns everything else about a waiter.
+
+use alloc::collections::{BinaryHeap, VecDeque};
+use alloc::vec::Vec;
+use core::cmp::Reverse;
+
+use hashbrown::HashMap;
+
+use crate::throttler::{RequestFlags, Ticket};
+use crate::time::Timestamp;
+
+#[derive(Debug)]
+pub(crate) struct WaitEntry {
+    /// Slot and quota amount of each scope the request needs.
+    pub(crate) scopes: Vec<(u32, f64)>,
+    pub(crate) flags: RequestFlags,
+    deadline: Option<Timestamp>,
+    wake_queued: bool,
+    in_global: bool,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Waiters {
+    next: u64,
+    entries: HashMap<u64, WaitEntry>,
+    timers: BinaryHeap<Reverse<(Timestamp, u64)>>,
+    wake: VecDeque<u64>,
+    /// Waiters held only by the global `concurrent_requests` cap, in arrival order.
+    global: VecDeque<u64>,
+}
+
+impl Waiters {
+    pub(crate) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub(crate) fn insert(&mut self, scopes: Vec<(u32, f64)>, flags: RequestFlags) -> Ticket {
+        let t = self.next;
+        self.next += 1;
+        self.entries.insert(
+            t,
+            WaitEntry {
+                scopes,
+                flags,
+                deadline: None,
+                wake_queued: false,
+                in_global: false,
+            },
+        );
+        Ticket(t)
+    }
+
+    pub(crate) fn take(&mut self, t: u64) -> Option<WaitEntry> {
+        self.entries.remove(&t)
+    }
+
+    /// Puts back an entry taken with [`take`](Self::take) that is still waiting.
+    pub(crate) fn put_back(&mut self, t: u64, entry: WaitEntry) {
+        self.entries.insert(t, entry);
+    }
+
+    /// Queues `t` to look again (once, however often it is woken before it does).
+    pub(crate) fn wake(&mut self, t: u64) {
+        if let Some(e) = self.entries.get_mut(&t) {
+            if !e.wake_queued {
+                e.wake_queued = true;
+                self.wake.push_back(t);
+            }
+        }
+    }
+
+    /// A global slot freed: wake the longest-waiting request held by the global cap.
+    pub(crate) fn wake_global(&mut self) {
+        while let Some(t) = self.global.pop_front() {
+            if let Some(e) = self.entries.get_mut(&t) {
+                if e.in_global {
+                    e.in_global = false;
+                    self.wake(t);
+                    return;
+                }
+            }
+        }
+    }
+
+    pub(crate) fn block_on_global(&mut self, t: u64) {
+        if let Some(e) = self.entries.get_mut(&t) {
+            if !e.in_global {
+                e.in_global = true;
+                self.global.push_back(t);
+            }
+        }
+    }
+
+    /// Wakes `t` at `at` (replacing an earlier schedule).
+    pub(crate) fn schedule(&mut self, t: u64, at: Timestamp) {
+        if let Some(e) = self.entries.get_mut(&t) {
+            if e.deadline != Some(at) {
+                e.deadline = Some(at);
+                self.timers.push(Reverse((at, t)));
+            }
+        }
+    }
+
+    /// The earliest scheduled wake-up (possibly one that no longer matters: waking early
+    /// is harmless).
+    pub(crate) fn next_deadline(&self) -> Option<Timestamp> {
+        self.timers.peek().map(|Reverse((at, _))| *at)
+    }
+
+    /// Wakes every waiter scheduled at or before `now`.
+    pub(crate) fn expire(&mut self, now: Timestamp) {
+        while let Some(&Reverse((at, t))) = self.timers.peek() {
+            if at > now {
+                break;
+            }
+            self.timers.pop();
+            let due = self.entries.get_mut(&t).is_some_and(|e| {
+                e.deadline == Some(at) && {
+                    e.deadline = None;
+                    true
+                }
+            });
+            if due {
+                self.wake(t);
+            }
+        }
+    }
+
+    pub(crate) fn next_wakeup(&mut self) -> Option<u64> {
+        while let Some(t) = self.wake.pop_front() {
+            if let Some(e) = self.entries.get_mut(&t) {
+                e.wake_queued = false;
+                return Some(t);
+            }
+        }
+        None
+    }
+}
