@@ -385,9 +385,8 @@ fn asctime(v: &[u8]) -> Option<u64> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use std::format;
-    use std::prelude::rust_2024::*;
     use std::time::{SystemTime, UNIX_EPOCH};
+    use std::{format, vec::Vec};
 
     const WALL: Timestamp = Timestamp::from_secs(784_111_777); // 1994-11-06 08:49:37
 

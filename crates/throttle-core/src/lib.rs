@@ -46,7 +46,7 @@
 //!     throttler.try_acquire(&["example.com".into()], clock.now()),
 //!     Err(NotReady::NotUntil(Timestamp::from_secs(32)))
 //! );
-//! let stats = throttler.scope_stats("example.com").unwrap();
+//! let stats = throttler.scope_stats("example.com", clock.now()).unwrap();
 //! assert_eq!((stats.level, stats.delay), (1, 2.0));
 //! # Ok::<(), throttle_core::ConfigError>(())
 //! ```

@@ -733,12 +733,18 @@ impl Throttler {
         Ok(())
     }
 
-    /// Counters and current values of `scope`, if its state is in memory.
-    pub fn scope_stats(&self, scope: &str) -> Option<ScopeStats> {
-        self.find(scope).map(|i| self.slots[i as usize].stats())
+    /// Counters and current values of `scope` as of `now` (lazy recovery, rampup and
+    /// quota updates applied), if its state is in memory. Does not create a state.
+    pub fn scope_stats(&mut self, scope: &str, now: Timestamp) -> Option<ScopeStats> {
+        let now = self.clock.clamp(now);
+        let i = self.find(scope)?;
+        let state = &mut self.slots[i as usize];
+        state.advance(&self.params[state.params as usize], now);
+        Some(state.stats())
     }
 
-    /// Every scope state in memory with its stats, in no particular order.
+    /// Every scope state in memory with its stats as of the last operation on it, in no
+    /// particular order.
     pub fn scopes(&self) -> impl Iterator<Item = (&str, ScopeStats)> + '_ {
         self.slots
             .iter()
@@ -999,3 +1005,7 @@ impl Throttler {
         }
     }
 }
+
+#[cfg(test)]
+#[path = "throttler_tests.rs"]
+mod tests;
