@@ -824,6 +824,7 @@ mod serde_impls {
 }
 
 #[cfg(all(test, feature = "serde"))]
+#[allow(clippy::field_reassign_with_default)]
 mod tests {
     use super::*;
 

@@ -1,7 +1,7 @@
 //! Unit tests of every rule and number in SPEC sections 2 and 3, on a fake clock.
 
 // Many tests take permits only to keep requests in flight.
-#![allow(unused_must_use)]
+#![allow(unused_must_use, clippy::field_reassign_with_default)]
 
 use super::*;
 use crate::config::{BackoffConfig, BackoffTarget, Jitter, Rampup, RampupConfig};

@@ -121,9 +121,10 @@ impl fmt::Debug for Timestamp {
     }
 }
 
+/// Seconds with millisecond precision, e.g. `12.500s`; honours width and alignment.
 impl fmt::Display for Timestamp {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:.3}s", self.as_secs_f64())
+        f.pad(&alloc::format!("{:.3}s", self.as_secs_f64()))
     }
 }
 

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use throttle_core::{
-    Jitter, NotReady, Outcome, Permit, RampupConfig, RequestFlags, ScopeConfig, ScopeUse,
-    Settings, Throttler, Ticket, TicketPoll, Timestamp,
+    Jitter, NotReady, Outcome, Permit, RampupConfig, RequestFlags, ScopeConfig, ScopeUse, Settings,
+    Throttler, Ticket, TicketPoll, Timestamp,
 };
 
 const SCOPES: [&str; 5] = ["a.com", "b.com", "api", "cost", "x.com"];
@@ -167,7 +167,9 @@ fn run_timeline(seed: u64, ops: &[Op]) -> Result<(), TestCaseError> {
                 let name = SCOPES[*scope];
                 t.delay_scope(name, f64::from(*secs), now).unwrap();
                 let m = models.entry(name).or_default();
-                m.hard_until = m.hard_until.max(now + Duration::from_secs(u64::from(*secs)));
+                m.hard_until = m
+                    .hard_until
+                    .max(now + Duration::from_secs(u64::from(*secs)));
                 last_trigger.insert(name, now);
             }
             Op::Acquire {
@@ -205,13 +207,19 @@ fn run_timeline(seed: u64, ops: &[Op]) -> Result<(), TestCaseError> {
                             let st = t.scope_stats(name, now).unwrap();
                             prop_assert!(
                                 st.concurrency == 0 || st.active <= st.concurrency,
-                                "{} has {} in flight, limit {}", name, st.active, st.concurrency
+                                "{} has {} in flight, limit {}",
+                                name,
+                                st.active,
+                                st.concurrency
                             );
                             let m = models.entry(name).or_default();
                             if let Some(earliest) = m.earliest_by_spacing {
                                 prop_assert!(
                                     now + TOLERANCE >= earliest,
-                                    "{} sent at {:?}, spacing allowed {:?}", name, now, earliest
+                                    "{} sent at {:?}, spacing allowed {:?}",
+                                    name,
+                                    now,
+                                    earliest
                                 );
                             }
                             prop_assert!(now >= m.hard_until, "{} sent inside a hard delay", name);
@@ -228,7 +236,9 @@ fn run_timeline(seed: u64, ops: &[Op]) -> Result<(), TestCaseError> {
                                 }
                                 prop_assert!(
                                     m.consumed == 0.0 || m.consumed + amount <= QUOTA + 1e-9,
-                                    "quota exceeded: {} + {}", m.consumed, amount
+                                    "quota exceeded: {} + {}",
+                                    m.consumed,
+                                    amount
                                 );
                                 m.consumed += amount;
                                 prop_assert!((st.consumed - m.consumed).abs() < 1e-9);
@@ -250,7 +260,8 @@ fn run_timeline(seed: u64, ops: &[Op]) -> Result<(), TestCaseError> {
                     _ => None,
                 };
                 let trigger = !dont_track
-                    && (matches!(status, Some(429 | 503)) || matches!(done, Done::Error("timeout")));
+                    && (matches!(status, Some(429 | 503))
+                        || matches!(done, Done::Error("timeout")));
                 if trigger {
                     for &i in &scopes {
                         let name = SCOPES[i];
@@ -274,7 +285,9 @@ fn run_timeline(seed: u64, ops: &[Op]) -> Result<(), TestCaseError> {
         t.release(p, &Outcome::status(200), now);
     }
     for name in SCOPES {
-        let Some(st) = t.scope_stats(name, now) else { continue };
+        let Some(st) = t.scope_stats(name, now) else {
+            continue;
+        };
         let later = now + Duration::from_secs(60 * u64::from(st.level));
         let st = t.scope_stats(name, later).unwrap();
         prop_assert_eq!(st.level, 0, "{} still backing off", name);
@@ -321,11 +334,7 @@ fn wait_op_strategy() -> impl Strategy<Value = WaitOp> {
 }
 
 /// A runtime's loop in miniature: wake due timers, then let every woken ticket look again.
-fn drive(
-    t: &mut Throttler,
-    now: Timestamp,
-    admitted: &mut Vec<(Ticket, Permit)>,
-) {
+fn drive(t: &mut Throttler, now: Timestamp, admitted: &mut Vec<(Ticket, Permit)>) {
     t.handle_timeout(now);
     while let Some(ticket) = t.poll_wakeup() {
         if let TicketPoll::Ready(p) = t.poll_ticket(ticket, now) {
@@ -349,10 +358,10 @@ fn run_waiters(ops: &[WaitOp]) -> Result<(), TestCaseError> {
     let mut order: BTreeMap<usize, Vec<Ticket>> = BTreeMap::new();
 
     let settle = |t: &mut Throttler,
-                      now: Timestamp,
-                      waiting: &mut BTreeMap<Ticket, Vec<usize>>,
-                      in_flight: &mut Vec<(Permit, Vec<usize>)>,
-                      order: &mut BTreeMap<usize, Vec<Ticket>>| {
+                  now: Timestamp,
+                  waiting: &mut BTreeMap<Ticket, Vec<usize>>,
+                  in_flight: &mut Vec<(Permit, Vec<usize>)>,
+                  order: &mut BTreeMap<usize, Vec<Ticket>>| {
         let mut admitted = Vec::new();
         drive(t, now, &mut admitted);
         for (ticket, p) in admitted {
@@ -417,7 +426,9 @@ fn run_waiters(ops: &[WaitOp]) -> Result<(), TestCaseError> {
     for (scope, tickets) in order {
         prop_assert!(
             tickets.windows(2).all(|w| w[0] < w[1]),
-            "{} admitted out of order: {:?}", W[scope], tickets
+            "{} admitted out of order: {:?}",
+            W[scope],
+            tickets
         );
     }
     Ok(())

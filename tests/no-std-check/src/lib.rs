@@ -1,0 +1,22 @@
+//! Compiles only if the core crates stay `no_std` (see Cargo.toml).
+#![no_std]
+
+extern crate alloc;
+
+use throttle_core::{Outcome, ScopeUse, Settings, Throttler, Timestamp};
+
+/// Exercises the decision loop so the whole API is instantiated without `std`.
+pub fn decide() -> bool {
+    let Ok(mut t) = Throttler::new(Settings::default(), Timestamp::ZERO) else {
+        return false;
+    };
+    match t.try_acquire(&[ScopeUse::new("example.com")], Timestamp::ZERO) {
+        Ok(p) => t.release(p, &Outcome::status(200), Timestamp::from_secs(1)),
+        Err(_) => false,
+    }
+}
+
+#[panic_handler]
+fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
+    loop {}
+}
