@@ -80,7 +80,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "cost",
         ScopeConfig::new()
             .concurrency(0)
-            .quota(40.0, 60.0)
+            .quota(40.0)
+            .window(60.0)
             .backoff(BackoffConfig {
                 http_codes: Some(vec![]),
                 ..Default::default()

@@ -122,7 +122,8 @@ impl Default for Jitter {
 pub struct BackoffTarget {
     /// Fewer triggers than this in a window: ramp up one step.
     pub low: u32,
-    /// More triggers than this: ordinary backoff slows the scope down.
+    /// Up to this many triggers in a window only count (the rate holds); each one
+    /// beyond is an ordinary backoff step.
     pub high: u32,
 }
 
@@ -217,7 +218,11 @@ pub enum Rampup {
 }
 
 /// Configuration of one named scope (`scopes."name" = {...}`). Unset keys take the
-/// defaults described in the crate documentation.
+/// defaults of SPEC section 2: concurrency by scope kind, `download_delay`,
+/// `randomize_download_delay`, `throttling_window` and the global `backoff_*` settings.
+///
+/// Scope names are case-sensitive; the frontier lower-cases the host scopes it derives
+/// from URLs.
 #[derive(Clone, Debug, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
@@ -291,10 +296,14 @@ impl ScopeConfig {
         self.jitter = Some(jitter);
         self
     }
-    /// Sets a `quota` per `window` seconds.
-    pub fn quota(mut self, quota: f64, window: f64) -> Self {
+    /// Sets a `quota` per window (`throttling_window` unless [`window`](Self::window)).
+    pub fn quota(mut self, quota: f64) -> Self {
         self.quota = Some(quota);
-        self.window = Some(window);
+        self
+    }
+    /// Sets the quota `window` in seconds.
+    pub fn window(mut self, secs: f64) -> Self {
+        self.window = Some(secs);
         self
     }
     /// Enables rampup with these parameters.
@@ -583,11 +592,12 @@ fn non_negative_secs(key: impl fmt::Display, v: f64) -> Result<(), ConfigError> 
     Ok(())
 }
 
+/// Windows: at least a millisecond (a zero-length window would never end).
 fn positive_secs(key: impl fmt::Display, v: f64) -> Result<(), ConfigError> {
-    if !v.is_finite() || v <= 0.0 {
+    if !v.is_finite() || v < 0.001 {
         return Err(ConfigError::new(
             &key,
-            format!("must be a finite number of seconds > 0, got {v}"),
+            format!("must be a finite number of seconds >= 0.001, got {v}"),
         ));
     }
     Ok(())

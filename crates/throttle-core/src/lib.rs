@@ -52,7 +52,8 @@
 //! ```
 //!
 //! A runtime adapter turns this into waiting: on `NotUntil(t)` it sleeps until `t`, on
-//! `Blocked` it waits for a completion. For many concurrent callers,
+//! `Blocked` it waits for a completion (or, when tickets are queued ahead of it, for its
+//! turn). For many concurrent callers,
 //! [`Throttler::try_acquire_or_enqueue`] hands out tickets that are admitted first come,
 //! first served per scope, with [`Throttler::poll_timeout`] / [`Throttler::handle_timeout`] /
 //! [`Throttler::poll_wakeup`] telling the adapter when and whom to wake.

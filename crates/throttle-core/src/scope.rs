@@ -1,9 +1,10 @@
 //! One scope's throttling state: delay and jitter, concurrency, backoff and recovery,
 //! rampup, quotas and hard delays.
 //!
-//! Every method takes `now` and first applies the lazy updates due at or before it
-//! (recovery steps, rampup windows, quota windows), so the state is a pure function of
-//! the calls made and the times they were made at.
+//! The throttler calls [`ScopeState::advance`] with `now` before any decision or record,
+//! which applies the lazy updates due at or before it (recovery steps, rampup windows,
+//! quota windows); the other methods assume it was called. So the state is a pure
+//! function of the calls made and the times they were made at.
 
 use alloc::boxed::Box;
 use alloc::collections::VecDeque;
@@ -19,6 +20,10 @@ use crate::time::{Timestamp, secs_to_duration};
 /// Rampup snaps the delay to its floor once it gets closer than this (seconds), so that a
 /// floor of 0 is reached in a bounded number of halvings and concurrency can start rising.
 const RAMPUP_SNAP: f64 = 0.001;
+
+/// Backoff levels beyond this are clamped (a restored snapshot cannot make recovery
+/// loop for ages; at the default window it is a week of recovery).
+pub(crate) const MAX_LEVEL: u32 = 10_000;
 
 /// What kind of thing a scope name denotes; decides its default concurrency.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -149,7 +154,8 @@ impl ScopeParams {
         let concurrency = match (config.concurrency, rampup.is_some()) {
             (Some(c), _) => c,
             (None, true) => min_concurrency,
-            (None, false) => kind_default,
+            (None, false) if kind_default == 0 => 0,
+            (None, false) => kind_default.max(min_concurrency),
         };
         let b = config.backoff.clone().unwrap_or_default();
         let mut codes = [0u64; 10];
@@ -230,6 +236,9 @@ pub(crate) struct ScopeState {
     /// Start of the current quota window (quota scopes, after the first send).
     pub(crate) quota_start: Option<Timestamp>,
     pub(crate) consumed: f64,
+    /// A robots.txt Crawl-delay in force: rampup never goes below it, nor above one
+    /// request at a time.
+    pub(crate) robots_floor: Option<f64>,
     pub(crate) sent: u64,
     pub(crate) done: u64,
     pub(crate) triggers: u64,
@@ -260,6 +269,7 @@ impl ScopeState {
             window_triggers: 0,
             quota_start: None,
             consumed: 0.0,
+            robots_floor: None,
             sent: 0,
             done: 0,
             triggers: 0,
@@ -278,7 +288,8 @@ impl ScopeState {
     /// Applies every lazy update due at or before `now`, in time order (a recovery step
     /// before a rampup boundary at the same instant).
     pub(crate) fn advance(&mut self, p: &ScopeParams, now: Timestamp) {
-        if let (Some(start), Some(_)) = (self.quota_start, p.quota) {
+        if let (Some(start), Some(_), false) = (self.quota_start, p.quota, p.quota_window.is_zero())
+        {
             if let Some(elapsed) = now.checked_duration_since(start) {
                 let windows = div_duration(elapsed, p.quota_window);
                 if windows > 0 {
@@ -288,6 +299,9 @@ impl ScopeState {
             }
         }
         let window = p.backoff_window;
+        if window.is_zero() {
+            return; // rejected by validation; never loop on it
+        }
         loop {
             let recovery_at = (self.level > 0).then(|| self.backoff_anchor + window);
             let ramp_at = match (p.rampup, self.ramp_start) {
@@ -338,23 +352,30 @@ impl ScopeState {
         if triggers >= r.target.low || self.level > 0 {
             return;
         }
-        if self.delay > r.min_delay {
-            let mut next = (self.delay * r.delay_factor).max(r.min_delay);
-            if next - r.min_delay < RAMPUP_SNAP {
-                next = r.min_delay;
+        let floor = r.min_delay.max(self.robots_floor.unwrap_or(0.0));
+        if self.delay > floor {
+            let mut next = (self.delay * r.delay_factor).max(floor);
+            if next - floor < RAMPUP_SNAP {
+                next = floor;
             }
             self.delay = next;
             self.base_delay = next;
             event!(debug, scope = %self.name, delay = next, "rampup: delay lowered");
-        } else if self.concurrency != 0 && self.concurrency < p.max_concurrency {
+        } else if self.robots_floor.is_none()
+            && self.concurrency != 0
+            && self.concurrency < p.max_concurrency
+        {
             self.concurrency += 1;
             event!(debug, scope = %self.name, concurrency = self.concurrency, "rampup: concurrency raised");
         }
     }
 
     fn ramp_saturated(&self, p: &ScopeParams, r: &RampupParams) -> bool {
-        self.delay <= r.min_delay
-            && (self.concurrency == 0 || self.concurrency >= p.max_concurrency)
+        let floor = r.min_delay.max(self.robots_floor.unwrap_or(0.0));
+        self.delay <= floor
+            && (self.robots_floor.is_some()
+                || self.concurrency == 0
+                || self.concurrency >= p.max_concurrency)
     }
 
     /// Whether a request consuming `amount` of this scope may go at `now`.
@@ -416,6 +437,10 @@ impl ScopeState {
     }
 
     /// A backoff trigger at `now`, with the capped header delay if the response had one.
+    ///
+    /// On a rampup scope the first `high` triggers of a window only count toward the
+    /// target (the rate holds; a header delay is still honoured as a hard minimum); more
+    /// than `high` is ordinary backoff.
     pub(crate) fn trigger(
         &mut self,
         p: &ScopeParams,
@@ -423,15 +448,23 @@ impl ScopeState {
         now: Timestamp,
         rng: &mut JitterRng,
     ) {
-        self.level += 1;
         self.triggers += 1;
         self.window_triggers = self.window_triggers.saturating_add(1);
-        self.backoff_anchor = now;
         let b = &p.backoff;
+        let header = header.map(|h| h.min(secs_to_duration(b.max_delay)));
+        if let Some(h) = header {
+            self.hard_until = self.hard_until.max(now + h);
+        }
+        if let Some(r) = p.rampup {
+            if self.window_triggers <= r.target.high {
+                event!(debug, scope = %self.name, window_triggers = self.window_triggers, "rampup: trigger within target, rate held");
+                return;
+            }
+        }
+        self.level = self.level.saturating_add(1).min(MAX_LEVEL);
+        self.backoff_anchor = now;
         match header {
             Some(h) => {
-                let h = h.min(secs_to_duration(b.max_delay));
-                self.hard_until = self.hard_until.max(now + h);
                 self.delay = self.delay.max(b.min_delay);
                 event!(debug, scope = %self.name, level = self.level, wait = h.as_secs_f64(), "backoff: header delay honoured");
             }
@@ -442,7 +475,8 @@ impl ScopeState {
                     (self.delay * b.factor).clamp(b.min_delay, b.max_delay)
                 };
                 self.delay = self.delay.max(stepped);
-                let wait = b.jitter.apply(self.delay, rng).max(b.min_delay);
+                // Jitter only lengthens this wait: never earlier than now + delay.
+                let wait = b.jitter.apply(self.delay, rng).max(self.delay);
                 self.next_allowed = self.next_allowed.max(now + secs_to_duration(wait));
                 event!(debug, scope = %self.name, level = self.level, delay = self.delay, "backoff step");
             }
@@ -451,7 +485,7 @@ impl ScopeState {
 
     /// `delay_scope`: a hard delay of `wait`, not capped, counted as a trigger.
     pub(crate) fn hard_delay(&mut self, p: &ScopeParams, wait: Duration, now: Timestamp) {
-        self.level += 1;
+        self.level = self.level.saturating_add(1).min(MAX_LEVEL);
         self.triggers += 1;
         self.window_triggers = self.window_triggers.saturating_add(1);
         self.backoff_anchor = now;
@@ -461,16 +495,20 @@ impl ScopeState {
     }
 
     /// Changes the base delay at run time; the next send is re-spaced from the last one.
+    /// While backing off, nothing gets earlier: the backoff delay and its wait stand.
     pub(crate) fn set_base_delay(&mut self, secs: f64) {
         self.base_delay = secs;
         if self.level == 0 {
             self.delay = secs;
+            if let Some(last) = self.last_sent {
+                // Unjittered: the closest the new delay allows.
+                self.next_allowed = last + secs_to_duration(self.delay);
+            }
         } else {
             self.delay = self.delay.max(secs);
-        }
-        if let Some(last) = self.last_sent {
-            // Unjittered: the closest the new delay allows.
-            self.next_allowed = last + secs_to_duration(self.delay);
+            if let Some(last) = self.last_sent {
+                self.next_allowed = self.next_allowed.max(last + secs_to_duration(self.delay));
+            }
         }
     }
 
@@ -530,6 +568,10 @@ impl ScopeState {
             sent: self.sent,
             done: self.done,
             triggers: self.triggers,
+            set_delay: None,
+            set_concurrency: None,
+            robots_delay: self.robots_floor,
+            robots_warned: false,
         }
     }
 
@@ -544,7 +586,7 @@ impl ScopeState {
             self.delay = s.delay.max(self.base_delay);
         }
         self.concurrency = s.concurrency;
-        self.level = s.level;
+        self.level = s.level.min(MAX_LEVEL);
         if self.level == 0 {
             self.delay = self.base_delay;
         }
@@ -559,6 +601,7 @@ impl ScopeState {
         self.sent = s.sent;
         self.done = s.done;
         self.triggers = s.triggers;
+        self.robots_floor = s.robots_delay.filter(|d| d.is_finite() && *d >= 0.0);
     }
 }
 
@@ -593,9 +636,11 @@ pub struct ScopeStats {
 }
 
 /// Everything a scope has learned, in a form a store can keep (hibernation, resume).
+///
+/// Plain data: stores may build one field by field ([`ScopeSnapshot::new`] gives the
+/// state of a scope that never sent anything).
 #[derive(Clone, Debug, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[non_exhaustive]
 pub struct ScopeSnapshot {
     /// The scope's name.
     pub scope: String,
@@ -629,6 +674,46 @@ pub struct ScopeSnapshot {
     pub done: u64,
     /// Backoff triggers.
     pub triggers: u64,
+    /// Base delay set at run time or by a Crawl-delay, if any.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub set_delay: Option<f64>,
+    /// Concurrency set at run time or by a Crawl-delay, if any.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub set_concurrency: Option<u32>,
+    /// The robots.txt Crawl-delay in force (a floor for rampup), if any.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub robots_delay: Option<f64>,
+    /// Whether the Crawl-delay conflict warning was already given.
+    #[cfg_attr(feature = "serde", serde(default))]
+    pub robots_warned: bool,
+}
+
+impl ScopeSnapshot {
+    /// The snapshot of a scope that has not sent anything yet.
+    pub fn new(scope: impl Into<String>) -> Self {
+        ScopeSnapshot {
+            scope: scope.into(),
+            base_delay: 0.0,
+            delay: 0.0,
+            concurrency: 0,
+            level: 0,
+            next_allowed: Timestamp::ZERO,
+            hard_until: Timestamp::ZERO,
+            last_sent: None,
+            backoff_anchor: Timestamp::ZERO,
+            ramp_start: None,
+            window_triggers: 0,
+            quota_start: None,
+            consumed: 0.0,
+            sent: 0,
+            done: 0,
+            triggers: 0,
+            set_delay: None,
+            set_concurrency: None,
+            robots_delay: None,
+            robots_warned: false,
+        }
+    }
 }
 
 /// How many whole `window`s fit in `elapsed` (0 for an empty window).

@@ -148,8 +148,9 @@ pub enum QuotaReconcile {
 
 /// Where evicted scope states go instead of being forgotten, and come back from.
 ///
-/// With a hibernation store attached, a long crawl over millions of hosts keeps the
-/// rates it learned (rampup, Crawl-delay, backoff history) for hosts it revisits.
+/// With a hibernation store attached, a long crawl over millions of hosts keeps what it
+/// learned about hosts it revisits: rampup rates, Crawl-delays, live configuration and
+/// counters. (Scopes still backing off are never evicted.)
 pub trait ScopeHibernation {
     /// Keeps the state of an evicted scope.
     fn hibernate(&mut self, snapshot: ScopeSnapshot);
@@ -158,6 +159,12 @@ pub trait ScopeHibernation {
 }
 
 /// A [`ScopeHibernation`] that keeps snapshots in memory (tests, small crawls).
+///
+/// With a hibernation store attached, evicted scopes take their learned state (rampup
+/// rates, counters) and their live configuration and Crawl-delay with them, so memory
+/// stays bounded by `throttling_scope_limit`. Without one, live changes and Crawl-delays
+/// are remembered in a small side table (about 60 bytes per scope they were applied to)
+/// so an evicted scope never forgets them.
 #[derive(Clone, Debug, Default)]
 pub struct MemoryHibernation {
     /// Hibernated snapshots by scope name.
@@ -235,7 +242,54 @@ impl HeldBackMonitor {
 struct Override {
     base_delay: Option<f64>,
     concurrency: Option<u32>,
+    robots_delay: Option<f64>,
     robots_warned: bool,
+}
+
+impl Override {
+    fn from_snapshot(s: &ScopeSnapshot) -> Option<Self> {
+        let ov = Override {
+            base_delay: s.set_delay.filter(|d| d.is_finite() && *d >= 0.0),
+            concurrency: s.set_concurrency,
+            robots_delay: s.robots_delay.filter(|d| d.is_finite() && *d >= 0.0),
+            robots_warned: s.robots_warned,
+        };
+        (ov.base_delay.is_some()
+            || ov.concurrency.is_some()
+            || ov.robots_delay.is_some()
+            || ov.robots_warned)
+            .then_some(ov)
+    }
+
+    fn fill(&self, s: &mut ScopeSnapshot) {
+        s.set_delay = self.base_delay;
+        s.set_concurrency = self.concurrency;
+        s.robots_delay = self.robots_delay;
+        s.robots_warned = self.robots_warned;
+    }
+
+    fn apply(&self, state: &mut ScopeState) {
+        if let Some(d) = self.base_delay {
+            state.set_base_delay(d);
+        }
+        if let Some(c) = self.concurrency {
+            state.concurrency = c;
+        }
+        if let Some(d) = self.robots_delay {
+            state.robots_floor = Some(d);
+        }
+    }
+}
+
+/// The base delay and concurrency a scope runs with, whether or not its state is in
+/// memory.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct ScopeSettings {
+    /// Base delay in seconds.
+    pub delay: f64,
+    /// Concurrency limit (0 = unlimited).
+    pub concurrency: u32,
 }
 
 #[derive(Debug, Default)]
@@ -396,9 +450,30 @@ impl Throttler {
         let now = self.clock.clamp(now);
         let mut list = core::mem::take(&mut self.scratch);
         let created = self.resolve_all(scopes, now, &mut list);
-        let result = self.gate_all(&list, now, true);
+        let result = self.gate_all(&list, now, true, self.waiters.reserved());
         self.scratch = list;
         self.evict_some(now, created + EVICTION_BUDGET);
+        result
+    }
+
+    /// Whether one scope's own gates (delay, hard backoff, quota for `scope.amount`,
+    /// concurrency) allow a send now, ignoring the global `concurrent_requests` cap and
+    /// other scopes. Schedulers use it to find which scope holds a request back.
+    pub fn check_scope(&mut self, scope: ScopeUse<'_>, now: Timestamp) -> Result<(), NotReady> {
+        let now = self.clock.clamp(now);
+        let (i, created) = self.resolve(scope.scope, now);
+        let amount = if scope.amount.is_nan() || scope.amount < 0.0 {
+            0.0
+        } else {
+            scope.amount
+        };
+        let state = &self.slots[i as usize];
+        let result = match state.gate(&self.params[state.params as usize], amount, now) {
+            Gate::Open => Ok(()),
+            Gate::NotUntil(t) => Err(NotReady::NotUntil(t)),
+            Gate::Full => Err(NotReady::Blocked),
+        };
+        self.evict_some(now, usize::from(created) + EVICTION_BUDGET);
         result
     }
 
@@ -487,7 +562,7 @@ impl Throttler {
     /// every one of its scopes and all of them allow it.
     pub fn poll_ticket(&mut self, ticket: Ticket, now: Timestamp) -> TicketPoll {
         let now = self.clock.clamp(now);
-        let Some(entry) = self.waiters.take(ticket.0) else {
+        let Some(mut entry) = self.waiters.take(ticket.0) else {
             return TicketPoll::Unknown;
         };
         let mut first_everywhere = true;
@@ -497,25 +572,28 @@ impl Throttler {
             first_everywhere &= state.waiters.front() == Some(&ticket.0);
         }
         if !first_everywhere {
+            self.waiters.return_global(&mut entry);
             self.waiters.put_back(ticket.0, entry);
             return TicketPoll::Waiting(NotReady::Blocked);
         }
-        if self.in_flight >= self.settings.concurrent_requests {
+        let others = self.waiters.reserved() - u32::from(entry.holds_global);
+        if self.in_flight.saturating_add(others) >= self.settings.concurrent_requests {
             self.waiters.put_back(ticket.0, entry);
             self.waiters.block_on_global(ticket.0);
             return TicketPoll::Waiting(NotReady::Blocked);
         }
-        match self.gate_all(&entry.scopes, now, false) {
+        match self.gate_all(&entry.scopes, now, false, others) {
             Err(why) => {
+                // A global slot was reserved for this waiter but it cannot use it: pass it on.
+                self.waiters.return_global(&mut entry);
                 self.waiters.put_back(ticket.0, entry);
                 if let NotReady::NotUntil(t) = why {
                     self.waiters.schedule(ticket.0, t);
                 }
-                // A global slot is free but this waiter cannot use it: pass it on.
-                self.waiters.wake_global();
                 TicketPoll::Waiting(why)
             }
             Ok(()) => {
+                self.waiters.use_global(&mut entry);
                 for &(i, _) in &entry.scopes {
                     let queue = &mut self.slots[i as usize].waiters;
                     queue.pop_front();
@@ -531,9 +609,10 @@ impl Throttler {
 
     /// Gives up a queued request. Returns `false` for an unknown ticket.
     pub fn cancel(&mut self, ticket: Ticket) -> bool {
-        let Some(entry) = self.waiters.take(ticket.0) else {
+        let Some(mut entry) = self.waiters.take(ticket.0) else {
             return false;
         };
+        self.waiters.return_global(&mut entry);
         for &(i, _) in &entry.scopes {
             let queue = &mut self.slots[i as usize].waiters;
             if queue.front() == Some(&ticket.0) {
@@ -550,7 +629,9 @@ impl Throttler {
     }
 
     /// The next instant at which a queued request may become admissible, if any.
-    /// Sleep until then and call [`handle_timeout`](Self::handle_timeout).
+    /// Sleep until then and call [`handle_timeout`](Self::handle_timeout). It may name
+    /// the deadline of a ticket that was since admitted or cancelled: waking early is
+    /// harmless, and after `handle_timeout(now)` it is `None` or later than `now`.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Timestamp> {
         self.waiters.next_deadline()
@@ -614,16 +695,29 @@ impl Throttler {
             );
             return Ok(CrawlDelayDecision::Ignored);
         }
+        if secs == 0.0 {
+            event!(debug, scope, "crawl-delay 0 ignored: it asks for nothing");
+            return Ok(CrawlDelayDecision::Ignored);
+        }
         let now = self.clock.clamp(now);
         let capped = secs.min(self.settings.throttling_robotstxt_max_delay);
         let p = &self.params[self.params_index(scope) as usize];
         let conflicts = p.explicit_delay.is_some_and(|d| d < capped)
             || p.explicit_concurrency.is_some_and(|c| c == 0 || c > 1);
-        let (ignore_robots, min_concurrency, configured_delay) =
-            (p.ignore_robots_txt, p.min_concurrency, p.delay);
+        let (ignore_robots, min_concurrency) = (p.ignore_robots_txt, p.min_concurrency);
+        // The base delay in force now (configured, live-set or learned by rampup).
+        let current = self.scope_settings(scope).delay;
         let ov = self.overrides.entry(Box::from(scope)).or_default();
         if conflicts {
             let warned = !ignore_robots && !ov.robots_warned;
+            if !warned {
+                event!(
+                    debug,
+                    scope,
+                    crawl_delay = capped,
+                    "crawl-delay kept below the configured rate"
+                );
+            }
             if warned {
                 ov.robots_warned = true;
                 event!(
@@ -637,14 +731,16 @@ impl Throttler {
             }
             return Ok(CrawlDelayDecision::KeptConfig { warned });
         }
-        let delay = ov.base_delay.unwrap_or(configured_delay).max(capped);
+        let delay = current.max(capped);
         let concurrency = min_concurrency.max(1);
         ov.base_delay = Some(delay);
         ov.concurrency = Some(concurrency);
+        ov.robots_delay = Some(delay);
         let (i, created) = self.resolve(scope, now);
         let state = &mut self.slots[i as usize];
         state.raise_base_delay(delay);
         state.concurrency = concurrency;
+        state.robots_floor = Some(delay);
         event!(debug, scope, delay, concurrency, "crawl-delay applied");
         self.evict_some(now, usize::from(created) + EVICTION_BUDGET);
         Ok(CrawlDelayDecision::Applied { delay, concurrency })
@@ -762,14 +858,33 @@ impl Throttler {
         }
     }
 
+    /// The load of the busiest of `scopes`: requests in flight divided by its concurrency
+    /// limit (0 for unlimited or unknown scopes). Schedulers use it to prefer idle scopes.
+    /// Reads only; creates no state.
+    pub fn load(&self, scopes: &[ScopeUse<'_>]) -> f64 {
+        scopes
+            .iter()
+            .filter_map(|u| self.find(u.scope))
+            .map(|i| {
+                let s = &self.slots[i as usize];
+                if s.concurrency == 0 {
+                    0.0
+                } else {
+                    f64::from(s.active) / f64::from(s.concurrency)
+                }
+            })
+            .fold(0.0, f64::max)
+    }
+
     /// Requests in flight (released permits excluded, `dont_throttle` ones not counted).
     pub fn in_flight(&self) -> u32 {
         self.in_flight
     }
 
-    /// What `scope` has learned, for a store to keep.
+    /// What `scope` has learned (and its live configuration), for a store to keep.
     pub fn snapshot(&self, scope: &str) -> Option<ScopeSnapshot> {
-        self.find(scope).map(|i| self.slots[i as usize].snapshot())
+        self.find(scope)
+            .map(|i| self.snapshot_of(&self.slots[i as usize]))
     }
 
     /// Snapshots of every scope state in memory.
@@ -777,13 +892,44 @@ impl Throttler {
         self.slots
             .iter()
             .filter(|s| s.live)
-            .map(ScopeState::snapshot)
+            .map(|s| self.snapshot_of(s))
     }
 
-    /// Brings back what a scope had learned (after a restart, say). Requests that were in
-    /// flight when the snapshot was taken are not counted again.
+    fn snapshot_of(&self, state: &ScopeState) -> ScopeSnapshot {
+        let mut snap = state.snapshot();
+        if let Some(ov) = self.overrides.get(&*state.name) {
+            ov.fill(&mut snap);
+        }
+        snap
+    }
+
+    /// The base delay and concurrency `scope` runs with: its live values if its state is
+    /// in memory, else its configuration with any live change or Crawl-delay applied.
+    pub fn scope_settings(&self, scope: &str) -> ScopeSettings {
+        if let Some(i) = self.find(scope) {
+            let s = &self.slots[i as usize];
+            return ScopeSettings {
+                delay: s.base_delay,
+                concurrency: s.concurrency,
+            };
+        }
+        let p = &self.params[self.params_index(scope) as usize];
+        let ov = self.overrides.get(scope).copied().unwrap_or_default();
+        ScopeSettings {
+            delay: ov.base_delay.unwrap_or(p.delay),
+            concurrency: ov.concurrency.unwrap_or(p.concurrency),
+        }
+    }
+
+    /// Brings back what a scope had learned (after a restart, say), live configuration
+    /// and Crawl-delay included. Requests that were in flight when the snapshot was
+    /// taken are not counted again.
     pub fn restore(&mut self, snapshot: &ScopeSnapshot, now: Timestamp) {
         let now = self.clock.clamp(now);
+        if let Some(ov) = Override::from_snapshot(snapshot) {
+            self.overrides
+                .insert(Box::from(snapshot.scope.as_str()), ov);
+        }
         let (i, created) = self.resolve(&snapshot.scope, now);
         self.slots[i as usize].restore(snapshot);
         self.wake_scope(i);
@@ -830,18 +976,15 @@ impl Throttler {
     fn create(&mut self, name: &str, hash: u64, now: Timestamp) -> u32 {
         let params = self.params_index(name);
         let mut state = ScopeState::new(name, params, &self.params[params as usize], now);
-        if let Some(ov) = self.overrides.get(name) {
-            if let Some(d) = ov.base_delay {
-                state.set_base_delay(d);
-            }
-            if let Some(c) = ov.concurrency {
-                state.concurrency = c;
-            }
-        }
         if let Some(snapshot) = self.hibernation.as_mut().and_then(|h| h.wake(name)) {
+            if let Some(ov) = Override::from_snapshot(&snapshot) {
+                self.overrides.insert(Box::from(name), ov);
+            }
             state.restore(&snapshot);
             state.advance(&self.params[params as usize], now);
             self.stats.woken += 1;
+        } else if let Some(ov) = self.overrides.get(name) {
+            ov.apply(&mut state);
         }
         let i = match self.free_slots.pop() {
             Some(i) => {
@@ -887,9 +1030,16 @@ impl Throttler {
         created
     }
 
-    /// Checks every gate; `fair` also refuses to overtake queued waiters.
-    fn gate_all(&self, list: &[(u32, f64)], now: Timestamp, fair: bool) -> Result<(), NotReady> {
-        if self.in_flight >= self.settings.concurrent_requests {
+    /// Checks every gate; `fair` also refuses to overtake queued waiters. `reserved`
+    /// global slots are held for woken waiters and not available to this request.
+    fn gate_all(
+        &self,
+        list: &[(u32, f64)],
+        now: Timestamp,
+        fair: bool,
+        reserved: u32,
+    ) -> Result<(), NotReady> {
+        if self.in_flight.saturating_add(reserved) >= self.settings.concurrent_requests {
             return Err(NotReady::Blocked);
         }
         let mut until: Option<Timestamp> = None;
@@ -919,7 +1069,7 @@ impl Throttler {
         flags: RequestFlags,
         now: Timestamp,
     ) -> Result<Permit, NotReady> {
-        self.gate_all(list, now, true)?;
+        self.gate_all(list, now, true, self.waiters.reserved())?;
         Ok(self.reserve(list, flags, now))
     }
 
@@ -983,7 +1133,7 @@ impl Throttler {
             if state.evictable(now) {
                 self.evict(i);
             } else {
-                state.last_used = now;
+                // Kept, but its idle clock is not reset: it goes once it stops mattering.
                 self.lru.touch(i);
             }
         }
@@ -1000,7 +1150,12 @@ impl Throttler {
         self.stats.evicted += 1;
         event!(debug, scope = %state.name, "scope state evicted");
         if let Some(h) = self.hibernation.as_mut() {
-            h.hibernate(state.snapshot());
+            // The hibernated snapshot carries the live configuration: memory stays bounded.
+            let mut snap = state.snapshot();
+            if let Some(ov) = self.overrides.remove(&*state.name) {
+                ov.fill(&mut snap);
+            }
+            h.hibernate(snap);
             self.stats.hibernated += 1;
         }
     }

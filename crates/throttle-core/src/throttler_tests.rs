@@ -5,6 +5,8 @@
 
 use super::*;
 use crate::config::{BackoffConfig, BackoffTarget, Jitter, Rampup, RampupConfig};
+use crate::scope::ScopeSnapshot;
+use crate::time::secs_to_duration;
 use std::{boxed::Box, format, string::String, vec, vec::Vec};
 
 fn at(secs: f64) -> Timestamp {
@@ -626,15 +628,31 @@ fn rampup_window_starts_at_first_use() {
 
 #[test]
 fn rampup_holds_inside_the_target_and_backs_off_above_it() {
-    // One trigger (= lo) in the first window: hold; the quiet second window steps.
+    // One trigger (= lo = hi) in the first window only counts: the rate holds, and the
+    // window's boundary does not step; the quiet second window does.
     let mut t = new(rampup_settings());
     let p = admit(&mut t, "api", 0.0);
     finish(&mut t, p, 429, 0.0);
-    let st = stats(&mut t, "api", 60.0);
-    assert_eq!((st.level, st.delay), (0, 1.0), "recovered but held");
+    let st = stats(&mut t, "api", 0.0);
+    assert_eq!(
+        (st.level, st.delay, st.triggers),
+        (0, 1.0, 1),
+        "held, not backed off"
+    );
+    assert_eq!(
+        acquire(&mut t, "api", 1.0).map(|_| ()),
+        Ok(()),
+        "spacing unchanged"
+    );
+    assert_eq!(
+        stats(&mut t, "api", 60.0).delay,
+        1.0,
+        "a window on target holds"
+    );
     assert_eq!(stats(&mut t, "api", 120.0).delay, 0.5);
 
-    // Range [1, 3]: three triggers hold too; four is ordinary backoff.
+    // Range [1, 3]: three triggers hold (a header delay is still a hard minimum); the
+    // fourth in the same window is ordinary backoff.
     let mut s = rampup_settings();
     if let Rampup::On(r) = &mut s.scopes.get_mut("api").unwrap().rampup {
         r.backoff_target = Some(BackoffTarget { low: 1, high: 3 });
@@ -642,22 +660,44 @@ fn rampup_holds_inside_the_target_and_backs_off_above_it() {
     s.scopes.get_mut("api").unwrap().concurrency = Some(0);
     let mut t = new(s);
     let ps: Vec<_> = (0..4).map(|i| admit(&mut t, "api", i as f64)).collect();
-    for p in ps {
-        finish(&mut t, p, 429, 3.0);
+    let limited = Outcome::response(429, [("Retry-After", "10")], None);
+    for p in &ps[..3] {
+        t.release(*p, &limited, at(3.0));
     }
     let st = stats(&mut t, "api", 3.0);
-    assert_eq!((st.level, st.delay), (4, 16.0));
-    // No rampup step while backing off: level 4 recovers at 63, 123, 183, 243 and the
-    // window boundaries at 60..240 see level > 0.
-    let st = stats(&mut t, "api", 242.0);
-    assert_eq!((st.level, st.base_delay, st.delay), (1, 1.0, 2.0));
-    let st = stats(&mut t, "api", 299.0);
+    assert_eq!((st.level, st.delay, st.hard_until), (0, 1.0, at(13.0)));
+    finish(&mut t, ps[3], 429, 3.0);
+    let st = stats(&mut t, "api", 3.0);
+    assert_eq!((st.level, st.delay), (1, 2.0));
+    // No rampup step while backing off: the boundary at 60 sees level 1 (recovery is
+    // at 63), the window from 60 is quiet and steps at 120.
+    let st = stats(&mut t, "api", 62.0);
+    assert_eq!((st.level, st.delay), (1, 2.0));
+    let st = stats(&mut t, "api", 119.0);
     assert_eq!((st.level, st.delay), (0, 1.0));
+    assert_eq!(stats(&mut t, "api", 120.0).delay, 0.5);
+}
+
+#[test]
+fn rampup_never_undoes_a_crawl_delay() {
+    let mut t = new(rampup_settings());
+    touch(&mut t, "api", 0.0);
+    assert!(matches!(
+        t.handle_crawl_delay("api", 0.5, at(0.0)),
+        Ok(CrawlDelayDecision::Applied { delay, concurrency: 1 }) if delay == 1.0
+    ));
+    let st = stats(&mut t, "api", 3600.0);
     assert_eq!(
-        stats(&mut t, "api", 300.0).delay,
-        0.5,
-        "the first quiet window at level 0"
+        (st.delay, st.concurrency),
+        (1.0, 1),
+        "Crawl-delay is rampup's floor"
     );
+    let mut t = new(rampup_settings());
+    touch(&mut t, "api", 0.0);
+    assert_eq!(stats(&mut t, "api", 60.0).delay, 0.5);
+    t.handle_crawl_delay("api", 0.4, at(60.0)).unwrap();
+    let st = stats(&mut t, "api", 3600.0);
+    assert_eq!((st.delay, st.concurrency), (0.5, 1));
 }
 
 #[test]
@@ -685,7 +725,10 @@ fn rampup_with_explicit_concurrency_and_a_zero_floor() {
 // ------------------------------------------------------------------------------ quotas
 
 fn quota_settings() -> Settings {
-    Settings::default().with_scope("cost", ScopeConfig::new().concurrency(0).quota(10.0, 60.0))
+    Settings::default().with_scope(
+        "cost",
+        ScopeConfig::new().concurrency(0).quota(10.0).window(60.0),
+    )
 }
 
 fn spend(t: &mut Throttler, amount: f64, now: f64) -> Result<Permit, NotReady> {
@@ -906,6 +949,48 @@ fn admission_is_all_or_nothing() {
     finish(&mut t, p, 200, 6.0);
     assert_eq!(stats(&mut t, "a.com", 6.0).active, 0);
     assert_eq!(stats(&mut t, "c.com", 6.0).active, 0);
+}
+
+#[test]
+fn load_is_the_busiest_scopes_share_of_its_concurrency() {
+    let mut t = new(Settings::default()
+        .with_scope("a.com", ScopeConfig::new().concurrency(4))
+        .with_scope("free", ScopeConfig::new().concurrency(0)));
+    let both = [ScopeUse::new("a.com"), ScopeUse::new("free")];
+    assert_eq!(t.load(&both), 0.0);
+    t.try_acquire(&both, at(0.0)).unwrap();
+    assert_eq!(t.load(&both), 0.25);
+    assert_eq!(t.load(&["free".into(), "unknown.com".into()]), 0.0);
+}
+
+#[test]
+fn check_scope_ignores_the_global_cap_and_other_scopes() {
+    let mut s = Settings::default().with_scope("slow.com", ScopeConfig::new().delay(5.0));
+    s.concurrent_requests = 1;
+    let mut t = new(s);
+    let p = admit(&mut t, "slow.com", 0.0);
+    assert_eq!(
+        acquire(&mut t, "a.com", 0.0),
+        Err(NotReady::Blocked),
+        "global cap"
+    );
+    assert_eq!(t.check_scope(ScopeUse::new("a.com"), at(0.0)), Ok(()));
+    assert_eq!(
+        t.check_scope(ScopeUse::new("slow.com"), at(1.0)),
+        Err(NotReady::NotUntil(at(5.0)))
+    );
+    finish(&mut t, p, 200, 1.0);
+    let mut t = new(quota_settings());
+    t.try_acquire(&[ScopeUse::with_amount("cost", 8.0)], at(0.0))
+        .unwrap();
+    assert_eq!(
+        t.check_scope(ScopeUse::with_amount("cost", 2.0), at(0.0)),
+        Ok(())
+    );
+    assert_eq!(
+        t.check_scope(ScopeUse::with_amount("cost", 3.0), at(0.0)),
+        Err(NotReady::NotUntil(at(60.0)))
+    );
 }
 
 #[test]
@@ -1141,7 +1226,7 @@ fn lru_eviction_over_the_limit() {
 fn scopes_that_matter_are_never_evicted() {
     let mut s = Settings::default()
         .with_scope("delayed.com", ScopeConfig::new().delay(50.0))
-        .with_scope("cost", ScopeConfig::new().quota(5.0, 60.0));
+        .with_scope("cost", ScopeConfig::new().quota(5.0).window(60.0));
     s.throttling_scope_limit = 1;
     let mut t = new(s);
     let _in_flight = admit(&mut t, "busy.com", 0.0);
@@ -1238,6 +1323,177 @@ fn snapshot_and_restore_carry_backoff_across_throttlers() {
     let st = stats(&mut b, "a.com", 2.0);
     assert_eq!((st.level, st.hard_until, st.active), (1, at(41.0), 0));
     assert_eq!(acquire(&mut b, "a.com", 2.0), not_until(41.0));
+}
+
+// -------------------------------------------------------------- review regressions
+
+#[test]
+fn a_cancelled_global_waiter_passes_its_slot_on() {
+    let mut s = Settings::default();
+    s.concurrent_requests = 1;
+    let mut t = new(s);
+    let p = admit(&mut t, "a.com", 0.0);
+    let w1 = waiter(&mut t, &["b.com"], 0.0);
+    let w2 = waiter(&mut t, &["c.com"], 0.0);
+    finish(&mut t, p, 200, 1.0);
+    assert_eq!(wakeups(&mut t), [w1]);
+    assert!(t.cancel(w1));
+    assert_eq!(wakeups(&mut t), [w2], "the slot reserved for w1 goes to w2");
+    assert!(matches!(t.poll_ticket(w2, at(1.0)), TicketPoll::Ready(_)));
+}
+
+#[test]
+fn a_woken_global_waiter_keeps_its_slot_against_newcomers() {
+    let mut s = Settings::default();
+    s.concurrent_requests = 1;
+    let mut t = new(s);
+    let p = admit(&mut t, "a.com", 0.0);
+    let w1 = waiter(&mut t, &["b.com"], 0.0);
+    let _w2 = waiter(&mut t, &["c.com"], 0.0);
+    finish(&mut t, p, 200, 1.0);
+    assert_eq!(
+        acquire(&mut t, "d.com", 1.0),
+        Err(NotReady::Blocked),
+        "slot reserved for w1"
+    );
+    assert_eq!(wakeups(&mut t), [w1]);
+    assert!(matches!(t.poll_ticket(w1, at(1.0)), TicketPoll::Ready(_)));
+}
+
+#[test]
+fn lowering_the_delay_during_backoff_keeps_the_backoff_wait() {
+    let mut t = new(Settings::default());
+    let p = admit(&mut t, "a.com", 0.0);
+    finish(&mut t, p, 429, 5.0);
+    assert_eq!(acquire(&mut t, "a.com", 5.0), not_until(6.0));
+    t.set_scope_delay("a.com", 0.5, at(5.0)).unwrap();
+    assert_eq!(acquire(&mut t, "a.com", 5.0), not_until(6.0));
+    assert_eq!(
+        stats(&mut t, "a.com", 5.0).delay,
+        1.0,
+        "backoff delay stands"
+    );
+}
+
+#[test]
+fn the_wait_after_a_trigger_is_never_shortened_by_jitter() {
+    let mut s = Settings::default().with_scope("a.com", ScopeConfig::new().concurrency(0));
+    s.backoff_jitter = Jitter::Factor(0.5);
+    let mut t = Throttler::new(s, Timestamp::ZERO).unwrap();
+    for i in 0..20 {
+        let now = 1000.0 * i as f64;
+        let p = admit(&mut t, "a.com", now);
+        finish(&mut t, p, 429, now);
+        let st = stats(&mut t, "a.com", now);
+        assert!(
+            st.next_allowed >= at(now) + secs_to_duration(st.delay),
+            "step {i}"
+        );
+    }
+}
+
+#[test]
+fn windows_shorter_than_a_millisecond_are_rejected() {
+    let mut s = Settings::default();
+    s.backoff_window = 1e-10;
+    assert_eq!(s.validate().unwrap_err().key(), "backoff_window");
+    let s = Settings::default().with_scope("c", ScopeConfig::new().quota(10.0).window(1e-10));
+    assert_eq!(s.validate().unwrap_err().key(), "scopes.\"c\".window");
+}
+
+#[test]
+fn min_concurrency_raises_the_kind_default() {
+    let mut t = new(Settings::default().with_scope("api", ScopeConfig::new().min_concurrency(3)));
+    touch(&mut t, "api", 0.0);
+    assert_eq!(stats(&mut t, "api", 0.0).concurrency, 3);
+    assert_eq!(t.scope_settings("api").concurrency, 3);
+}
+
+#[test]
+fn absurd_restored_levels_neither_panic_nor_loop() {
+    let mut snap = ScopeSnapshot::new("a.com");
+    snap.level = u32::MAX;
+    snap.delay = 300.0;
+    let mut t = new(Settings::default());
+    t.restore(&snap, at(0.0));
+    t.delay_scope("a.com", 1.0, at(0.0)).unwrap();
+    let st = stats(&mut t, "a.com", 0.0);
+    assert!(st.level <= crate::scope::MAX_LEVEL);
+    assert_eq!(stats(&mut t, "a.com", 1e9).level, 0);
+}
+
+#[test]
+fn crawl_delay_zero_asks_for_nothing() {
+    let mut t = new(Settings::default());
+    assert_eq!(
+        t.handle_crawl_delay("a.com", 0.0, at(0.0)),
+        Ok(CrawlDelayDecision::Ignored)
+    );
+    assert_eq!(t.scope_settings("a.com").concurrency, 8);
+}
+
+#[test]
+fn scope_settings_without_a_state_in_memory() {
+    let mut t = new(Settings::default().with_scope("a.com", ScopeConfig::new().delay(2.0)));
+    assert_eq!(
+        t.scope_settings("a.com"),
+        ScopeSettings {
+            delay: 2.0,
+            concurrency: 8
+        }
+    );
+    assert_eq!(
+        t.scope_settings("api"),
+        ScopeSettings {
+            delay: 0.0,
+            concurrency: 1
+        }
+    );
+    t.handle_crawl_delay("b.com", 4.0, at(0.0)).unwrap();
+    assert_eq!(
+        t.scope_settings("b.com"),
+        ScopeSettings {
+            delay: 4.0,
+            concurrency: 1
+        }
+    );
+}
+
+#[test]
+fn hibernation_carries_live_configuration_and_bounds_memory() {
+    let mut s = Settings::default();
+    s.throttling_scope_limit = 1;
+    let mut t = new(s);
+    t.set_hibernation(Box::new(MemoryHibernation::default()));
+    t.handle_crawl_delay("a.com", 3.0, at(0.0)).unwrap();
+    t.set_scope_concurrency("b.com", 2, at(0.0)).unwrap();
+    touch(&mut t, "c.com", 0.0);
+    assert!(
+        t.overrides.len() <= 1,
+        "evicted scopes took their overrides along"
+    );
+    touch(&mut t, "a.com", 10.0);
+    let st = stats(&mut t, "a.com", 10.0);
+    assert_eq!((st.base_delay, st.concurrency), (3.0, 1));
+    touch(&mut t, "b.com", 20.0);
+    assert_eq!(stats(&mut t, "b.com", 20.0).concurrency, 2);
+}
+
+#[test]
+fn snapshots_carry_live_configuration_across_throttlers() {
+    let mut a = new(Settings::default());
+    a.handle_crawl_delay("a.com", 3.0, at(0.0)).unwrap();
+    let snap = a.snapshot("a.com").unwrap();
+    assert_eq!(snap.robots_delay, Some(3.0));
+    let mut b = new(Settings::default());
+    b.restore(&snap, at(0.0));
+    assert_eq!(
+        b.scope_settings("a.com"),
+        ScopeSettings {
+            delay: 3.0,
+            concurrency: 1
+        }
+    );
 }
 
 // ------------------------------------------------------------------------ observability

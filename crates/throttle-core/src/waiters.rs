@@ -19,6 +19,8 @@ pub(crate) struct WaitEntry {
     deadline: Option<Timestamp>,
     wake_queued: bool,
     in_global: bool,
+    /// A global slot is reserved for this waiter (it was woken for it).
+    pub(crate) holds_global: bool,
 }
 
 #[derive(Debug, Default)]
@@ -29,6 +31,8 @@ pub(crate) struct Waiters {
     wake: VecDeque<u64>,
     /// Waiters held only by the global `concurrent_requests` cap, in arrival order.
     global: VecDeque<u64>,
+    /// Global slots reserved for woken waiters that have not polled yet.
+    reserved: u32,
 }
 
 impl Waiters {
@@ -47,6 +51,7 @@ impl Waiters {
                 deadline: None,
                 wake_queued: false,
                 in_global: false,
+                holds_global: false,
             },
         );
         Ticket(t)
@@ -71,16 +76,42 @@ impl Waiters {
         }
     }
 
-    /// A global slot freed: wake the longest-waiting request held by the global cap.
+    /// Global slots reserved for woken waiters.
+    pub(crate) fn reserved(&self) -> u32 {
+        self.reserved
+    }
+
+    /// An unreserved global slot is free: reserve it for the longest-waiting request held
+    /// by the global cap, and wake that request.
     pub(crate) fn wake_global(&mut self) {
         while let Some(t) = self.global.pop_front() {
             if let Some(e) = self.entries.get_mut(&t) {
                 if e.in_global {
                     e.in_global = false;
+                    e.holds_global = true;
+                    self.reserved += 1;
                     self.wake(t);
                     return;
                 }
             }
+        }
+    }
+
+    /// `entry` gives its reserved global slot back (it cannot use it, or is cancelled):
+    /// the next global waiter gets it.
+    pub(crate) fn return_global(&mut self, entry: &mut WaitEntry) {
+        if entry.holds_global {
+            entry.holds_global = false;
+            self.reserved -= 1;
+            self.wake_global();
+        }
+    }
+
+    /// `entry` is admitted and uses its reserved slot.
+    pub(crate) fn use_global(&mut self, entry: &mut WaitEntry) {
+        if entry.holds_global {
+            entry.holds_global = false;
+            self.reserved -= 1;
         }
     }
 

@@ -45,7 +45,8 @@ fn settings(seed: u64) -> Settings {
             "cost",
             ScopeConfig::new()
                 .concurrency(0)
-                .quota(QUOTA, QUOTA_WINDOW)
+                .quota(QUOTA)
+                .window(QUOTA_WINDOW)
                 .jitter(Jitter::Range {
                     low: -0.2,
                     high: 0.4,
