@@ -99,9 +99,10 @@ fn rampup_finds_the_rate_a_server_tolerates() {
     // The server allows at most 7,200 requests in two hours. Starting from one request
     // every 8 s (900 in two hours), rampup must find most of that rate...
     assert!(crawl.ok >= 5_000, "only {} pages in two hours", crawl.ok);
-    // ...while settling at about one 429 per 60 s window (120 windows), not hammering.
+    // ...while settling near the target of one 429 per 60 s window (120 windows: the
+    // first 429 of a window holds the rate, a second one backs off), not hammering.
     assert!(
-        crawl.limited <= 240,
+        crawl.limited <= 300,
         "{} rate-limited responses",
         crawl.limited
     );
