@@ -1,9 +1,47 @@
-//! Helpers shared by the benchmarks.
+//! Workloads shared by the benchmarks, shaped like the peer scripts' in
+//! `shared/peers/bench_scrapy_queues.py` so the figures compare.
 
-/// `n` distinct host names shaped like the peers' URLs
-/// (`host{i % D}.example{j}.com`, see `shared/peers/README.md`).
+use frontier_core::Request;
+
+/// `n` distinct host names shaped like the peers' URLs (`host{i}.example{i % 100}.com`).
 pub fn host_names(n: usize) -> Vec<String> {
     (0..n)
-        .map(|i| format!("host{}.example{}.com", i, i % 97))
+        .map(|i| format!("host{}.example{}.com", i, i % 100))
         .collect()
+}
+
+/// The peers' URL for request `i` over `d` hosts (~75 bytes at a million requests).
+pub fn peer_url(i: usize, d: usize) -> String {
+    let h = i % d;
+    format!(
+        "https://host{h}.example{}.com/path/cat-{}/item-{i}?q={i}&page={}",
+        h % 100,
+        i % 50,
+        i % 10
+    )
+}
+
+/// The priority of request `i`: uniform in [-5, 5], fixed per index (the peers draw the
+/// same range from a seeded generator).
+pub fn peer_priority(i: usize) -> i32 {
+    let mut z = (i as u64).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    ((z ^ (z >> 31)) % 11) as i32 - 5
+}
+
+/// Requests `start..end` of the peers' workload: URL, the `parse` callback, a priority.
+pub fn peer_requests_range(start: usize, end: usize, d: usize) -> Vec<Request> {
+    (start..end)
+        .map(|i| {
+            Request::get(peer_url(i, d))
+                .callback("parse")
+                .priority(peer_priority(i))
+        })
+        .collect()
+}
+
+/// The first `n` requests of the peers' workload.
+pub fn peer_requests(n: usize, d: usize) -> Vec<Request> {
+    peer_requests_range(0, n, d)
 }

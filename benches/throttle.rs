@@ -77,7 +77,8 @@ fn decisions(c: &mut Criterion) {
         "budget",
         throttle_core::ScopeConfig::new()
             .concurrency(0)
-            .quota(1e12, 60.0),
+            .quota(1e12)
+            .window(60.0),
     );
     let mut throttler = Throttler::new(settings, Timestamp::ZERO).unwrap();
     let mut now = Timestamp::ZERO;

@@ -109,6 +109,7 @@ pub use rng::JitterRng;
 pub use scope::{ScopeKind, ScopeSnapshot, ScopeStats};
 pub use throttler::{
     CrawlDelayDecision, HeldBackMonitor, MemoryHibernation, NotReady, Permit, QuotaReconcile,
-    RequestFlags, ScopeHibernation, ScopeUse, Throttler, ThrottlerStats, Ticket, TicketPoll,
+    RequestFlags, ScopeHibernation, ScopeHint, ScopeSettings, ScopeUse, Throttler, ThrottlerStats,
+    Ticket, TicketPoll,
 };
 pub use time::{FakeClock, Timestamp, secs_to_duration};

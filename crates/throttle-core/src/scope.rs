@@ -464,9 +464,9 @@ impl ScopeState {
         self.level = self.level.saturating_add(1).min(MAX_LEVEL);
         self.backoff_anchor = now;
         match header {
-            Some(h) => {
+            Some(_wait) => {
                 self.delay = self.delay.max(b.min_delay);
-                event!(debug, scope = %self.name, level = self.level, wait = h.as_secs_f64(), "backoff: header delay honoured");
+                event!(debug, scope = %self.name, level = self.level, wait = _wait.as_secs_f64(), "backoff: header delay honoured");
             }
             None => {
                 let stepped = if self.delay == 0.0 {

@@ -58,6 +58,15 @@ impl<'a> From<(&'a str, f64)> for ScopeUse<'a> {
     }
 }
 
+/// Where a scope's state lives in one throttler: remembered by a caller (a scheduler) so
+/// that the next call for that scope skips the name lookup. A hint goes stale when the
+/// state is evicted; that is detected and the hint refreshed. The default hint is empty.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ScopeHint {
+    slot: u32,
+    generation: u32,
+}
+
 /// Per-request switches that change how the throttler treats it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct RequestFlags {
@@ -314,9 +323,14 @@ pub struct Throttler {
     hasher: DefaultHashBuilder,
     index: HashTable<u32>,
     slots: Vec<ScopeState>,
+    /// Bumped each time a slot's state is evicted: hints of the old state go stale.
+    generations: Vec<u32>,
     free_slots: Vec<u32>,
     lru: Lru,
     max_idle: Option<Duration>,
+    /// No state can have been idle for `max_idle` before this instant (the least
+    /// recently used one was last used `max_idle` earlier).
+    idle_check_at: Timestamp,
     permits: Vec<PermitSlot>,
     free_permits: Vec<u32>,
     in_flight: u32,
@@ -382,9 +396,11 @@ impl Throttler {
             hasher: DefaultHashBuilder::default(),
             index: HashTable::new(),
             slots: Vec::new(),
+            generations: Vec::new(),
             free_slots: Vec::new(),
             lru: Lru::new(),
             max_idle,
+            idle_check_at: Timestamp::ZERO,
             permits: Vec::new(),
             free_permits: Vec::new(),
             in_flight: 0,
@@ -445,6 +461,45 @@ impl Throttler {
         result
     }
 
+    /// [`try_acquire_with`](Self::try_acquire_with) for a caller that remembers where
+    /// each scope's state lives: `hints[i]` belongs to `scopes[i]` (same name, every
+    /// call) and is refreshed when stale. Skips hashing scope names on the hot path.
+    pub fn try_acquire_hinted(
+        &mut self,
+        scopes: &[ScopeUse<'_>],
+        hints: &mut [ScopeHint],
+        flags: RequestFlags,
+        now: Timestamp,
+    ) -> Result<Permit, NotReady> {
+        if hints.len() != scopes.len() {
+            return self.try_acquire_with(scopes, flags, now);
+        }
+        let now = self.clock.clamp(now);
+        if flags.dont_throttle {
+            return Ok(self.new_permit(&[], false, flags.dont_track));
+        }
+        let mut list = core::mem::take(&mut self.scratch);
+        list.clear();
+        let mut created = 0;
+        for (u, hint) in scopes.iter().zip(hints.iter_mut()) {
+            let amount = if u.amount.is_nan() || u.amount < 0.0 {
+                0.0
+            } else {
+                u.amount
+            };
+            let (i, new) = self.resolve_hinted(u.scope, hint, now);
+            created += usize::from(new);
+            match list.iter_mut().find(|(j, _)| *j == i) {
+                Some((_, a)) => *a += amount,
+                None => list.push((i, amount)),
+            }
+        }
+        let result = self.admit(&list, flags, now);
+        self.scratch = list;
+        self.evict_some(now, created + EVICTION_BUDGET);
+        result
+    }
+
     /// Whether [`try_acquire`](Self::try_acquire) would succeed now, without reserving.
     pub fn check(&mut self, scopes: &[ScopeUse<'_>], now: Timestamp) -> Result<(), NotReady> {
         let now = self.clock.clamp(now);
@@ -477,16 +532,57 @@ impl Throttler {
         result
     }
 
+    /// The load of the busiest scope a live permit holds (see [`load`](Self::load)), found
+    /// without looking scope names up. 0 for a released or unthrottled permit.
+    pub fn permit_load(&self, permit: &Permit) -> f64 {
+        match self.permits.get(permit.slot as usize) {
+            Some(p) if p.live && p.generation == permit.generation => self.load_of_slots(&p.scopes),
+            _ => 0.0,
+        }
+    }
+
+    fn load_of_slots(&self, slots: &[u32]) -> f64 {
+        slots
+            .iter()
+            .map(|&i| {
+                let s = &self.slots[i as usize];
+                if s.concurrency == 0 {
+                    0.0
+                } else {
+                    f64::from(s.active) / f64::from(s.concurrency)
+                }
+            })
+            .fold(0.0, f64::max)
+    }
+
+    /// [`release`](Self::release), returning the load of the permit's busiest scope
+    /// afterwards (`None` if it was already released). Schedulers use it to re-rank.
+    pub fn release_and_load(
+        &mut self,
+        permit: Permit,
+        outcome: &Outcome<'_>,
+        now: Timestamp,
+    ) -> Option<f64> {
+        self.release_inner(permit, outcome, now)
+    }
+
     /// Finishes a request: frees its slots and feeds its outcome to backoff on every one
     /// of its scopes. Returns `false` (and does nothing) if the permit was already
     /// released.
     pub fn release(&mut self, permit: Permit, outcome: &Outcome<'_>, now: Timestamp) -> bool {
+        self.release_inner(permit, outcome, now).is_some()
+    }
+
+    fn release_inner(
+        &mut self,
+        permit: Permit,
+        outcome: &Outcome<'_>,
+        now: Timestamp,
+    ) -> Option<f64> {
         let now = self.clock.clamp(now);
-        let Some(slot) = self.permits.get_mut(permit.slot as usize) else {
-            return false;
-        };
+        let slot = self.permits.get_mut(permit.slot as usize)?;
         if !slot.live || slot.generation != permit.generation {
-            return false;
+            return None;
         }
         slot.live = false;
         slot.generation = slot.generation.wrapping_add(1);
@@ -511,12 +607,13 @@ impl Throttler {
             self.in_flight -= 1;
             self.waiters.wake_global();
         }
+        let load = self.load_of_slots(&scopes);
         let slot = &mut self.permits[permit.slot as usize];
         slot.scopes = scopes;
         slot.scopes.clear();
         self.free_permits.push(permit.slot);
         self.evict_some(now, EVICTION_BUDGET);
-        true
+        Some(load)
     }
 
     /// Like [`try_acquire_with`](Self::try_acquire_with), but on failure takes a place in
@@ -973,6 +1070,28 @@ impl Throttler {
         (i, created)
     }
 
+    /// [`resolve`](Self::resolve) through a hint when it is still valid.
+    fn resolve_hinted(&mut self, name: &str, hint: &mut ScopeHint, now: Timestamp) -> (u32, bool) {
+        let i = hint.slot as usize;
+        if hint.generation != 0
+            && self.generations.get(i) == Some(&hint.generation)
+            && self.slots[i].live
+        {
+            debug_assert_eq!(&*self.slots[i].name, name, "a hint used for another scope");
+            let state = &mut self.slots[i];
+            state.advance(&self.params[state.params as usize], now);
+            state.last_used = now;
+            self.lru.touch(hint.slot);
+            return (hint.slot, false);
+        }
+        let (i, created) = self.resolve(name, now);
+        *hint = ScopeHint {
+            slot: i,
+            generation: self.generations[i as usize],
+        };
+        (i, created)
+    }
+
     fn create(&mut self, name: &str, hash: u64, now: Timestamp) -> u32 {
         let params = self.params_index(name);
         let mut state = ScopeState::new(name, params, &self.params[params as usize], now);
@@ -993,6 +1112,7 @@ impl Throttler {
             }
             None => {
                 self.slots.push(state);
+                self.generations.push(1);
                 (self.slots.len() - 1) as u32
             }
         };
@@ -1121,12 +1241,19 @@ impl Throttler {
     /// back to the front instead, so the work per operation stays constant.
     fn evict_some(&mut self, now: Timestamp, budget: usize) {
         let limit = self.settings.throttling_scope_limit as usize;
+        // Below the limit and before the oldest state can be idle: nothing to look at.
+        if (limit == 0 || self.index.len() <= limit) && now < self.idle_check_at {
+            return;
+        }
         for _ in 0..budget {
             let Some(i) = self.lru.tail() else { return };
             let over = limit != 0 && self.index.len() > limit;
             let state = &mut self.slots[i as usize];
             let idle = self.max_idle.is_some_and(|m| state.last_used + m <= now);
             if !over && !idle {
+                self.idle_check_at = self
+                    .max_idle
+                    .map_or(Timestamp::MAX, |m| state.last_used + m);
                 return;
             }
             state.advance(&self.params[state.params as usize], now);
@@ -1146,6 +1273,7 @@ impl Throttler {
             entry.remove();
         }
         self.lru.remove(i);
+        self.generations[i as usize] = self.generations[i as usize].wrapping_add(1).max(1);
         self.free_slots.push(i);
         self.stats.evicted += 1;
         event!(debug, scope = %state.name, "scope state evicted");

@@ -994,6 +994,42 @@ fn check_scope_ignores_the_global_cap_and_other_scopes() {
 }
 
 #[test]
+fn hints_skip_lookups_and_survive_eviction() {
+    let mut s = Settings::default();
+    s.throttling_scope_limit = 1;
+    let mut t = new(s);
+    let mut hint = [ScopeHint::default()];
+    let uses = [ScopeUse::new("a.com")];
+    let p = t
+        .try_acquire_hinted(&uses, &mut hint, RequestFlags::default(), at(0.0))
+        .unwrap();
+    assert_ne!(hint[0], ScopeHint::default(), "filled in");
+    let first = hint[0];
+    finish(&mut t, p, 200, 0.0);
+    let p = t
+        .try_acquire_hinted(&uses, &mut hint, RequestFlags::default(), at(1.0))
+        .unwrap();
+    assert_eq!(hint[0], first, "reused");
+    finish(&mut t, p, 200, 1.0);
+    assert_eq!(stats(&mut t, "a.com", 1.0).sent, 2);
+    touch(&mut t, "b.com", 2.0); // evicts a.com, reuses its slot
+    assert!(t.scope_stats("a.com", at(2.0)).is_none());
+    let p = t
+        .try_acquire_hinted(&uses, &mut hint, RequestFlags::default(), at(3.0))
+        .unwrap();
+    assert_ne!(hint[0], first, "a stale hint is refreshed");
+    finish(&mut t, p, 200, 3.0);
+    assert_eq!(
+        stats(&mut t, "a.com", 3.0).sent,
+        1,
+        "a fresh state, not b.com's"
+    );
+    // Mismatched lengths fall back to names.
+    t.try_acquire_hinted(&uses, &mut [], RequestFlags::default(), at(4.0))
+        .unwrap();
+}
+
+#[test]
 fn release_is_idempotent() {
     let mut t = new(Settings::default());
     let p = admit(&mut t, "a.com", 0.0);

@@ -5,6 +5,15 @@ extern crate alloc;
 
 use throttle_core::{Outcome, ScopeUse, Settings, Throttler, Timestamp};
 
+/// Pushes and polls a request so the frontier is instantiated without `std`.
+pub fn frontier() -> bool {
+    let Ok(mut f) = frontier_core::Frontier::in_memory(Settings::default(), Timestamp::ZERO) else {
+        return false;
+    };
+    let pushed = f.push(&frontier_core::Request::get("https://example.com/"), Timestamp::ZERO);
+    pushed.is_ok() && matches!(f.poll(Timestamp::ZERO), Ok(frontier_core::Poll::Ready(_)))
+}
+
 /// Exercises the decision loop so the whole API is instantiated without `std`.
 pub fn decide() -> bool {
     let Ok(mut t) = Throttler::new(Settings::default(), Timestamp::ZERO) else {

@@ -1,0 +1,122 @@
+//! The frontier at a million requests over 10,000 hosts, with the peers' URL shapes.
+//!
+//!     cargo bench -p workspace-benches --bench frontier
+//!
+//! - `push_1m`: `Frontier::push` of 1,000,000 requests into an empty frontier: group
+//!   (host) extraction, Scrapy-compatible fingerprint and duplicate check, encoding and
+//!   queueing. Building the `Request` values is excluded, as in the peer script.
+//! - `push_1m_no_dupefilter`: the same without the duplicate filter (what Scrapy's
+//!   priority queues alone do).
+//! - `poll_complete_1m`: polling all 1,000,000 back (throttling-aware scheduling, a
+//!   throttler permit per request, decoding) and completing each lease.
+//! - `poll_complete_1m_slot_aware`: the same with the slot-aware policy.
+//! - `fingerprint`: Scrapy-compatible request fingerprints per second.
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use frontier_core::{
+    DupeFilterConfig, Frontier, FrontierConfig, Policy, Poll, Request, VolatileStore, fingerprint,
+};
+use throttle_core::{Outcome, Settings, Timestamp};
+use workspace_benches::{peer_requests, peer_url};
+
+const N: usize = 1_000_000;
+const HOSTS: usize = 10_000;
+
+/// Throttling out of the way, as in the peers' queue benchmarks.
+fn settings() -> Settings {
+    let mut s = Settings::default().without_jitter();
+    s.concurrent_requests = u32::MAX;
+    s.concurrent_requests_per_domain = 0;
+    s
+}
+
+fn open(policy: Policy, dupefilter: DupeFilterConfig) -> Frontier<VolatileStore> {
+    let config = FrontierConfig {
+        policy,
+        dupefilter,
+        persist_scope_states: false,
+    };
+    Frontier::open(settings(), config, VolatileStore, Timestamp::ZERO).unwrap()
+}
+
+fn push_all(f: &mut Frontier<VolatileStore>, reqs: &[Request]) {
+    for r in reqs {
+        f.push(r, Timestamp::ZERO).unwrap();
+    }
+}
+
+fn frontier(c: &mut Criterion) {
+    let reqs = peer_requests(N, HOSTS);
+    let mut group = c.benchmark_group("frontier_1m_10k_hosts");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(N as u64));
+
+    for (name, dupefilter) in [
+        ("push_1m", DupeFilterConfig::Exact),
+        ("push_1m_no_dupefilter", DupeFilterConfig::Disabled),
+    ] {
+        group.bench_function(BenchmarkId::new("frontier-core", name), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let mut f = open(Policy::ThrottlingAware, dupefilter);
+                    let t0 = Instant::now();
+                    push_all(&mut f, &reqs);
+                    total += t0.elapsed();
+                    assert_eq!(f.len(), N);
+                }
+                total
+            })
+        });
+    }
+
+    for (name, policy) in [
+        ("poll_complete_1m", Policy::ThrottlingAware),
+        ("poll_complete_1m_slot_aware", Policy::SlotAware),
+    ] {
+        group.bench_function(BenchmarkId::new("frontier-core", name), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let mut f = open(policy, DupeFilterConfig::Disabled);
+                    push_all(&mut f, &reqs);
+                    let ok = Outcome::status(200);
+                    let now = Timestamp::ZERO;
+                    let t0 = Instant::now();
+                    let mut n = 0;
+                    while let Poll::Ready(lease) = f.poll(now).unwrap() {
+                        black_box(&lease.request.url);
+                        f.complete(lease.id(), &ok, now).unwrap();
+                        n += 1;
+                    }
+                    total += t0.elapsed();
+                    assert_eq!(n, N);
+                }
+                total
+            })
+        });
+    }
+    group.finish();
+
+    let urls: Vec<String> = (0..N).map(|i| peer_url(i, HOSTS)).collect();
+    let mut group = c.benchmark_group("fingerprint");
+    group.throughput(Throughput::Elements(1));
+    let mut i = 0;
+    group.bench_function(BenchmarkId::new("frontier-core", "fingerprint"), |b| {
+        b.iter(|| {
+            i = (i + 1) % N;
+            black_box(fingerprint("GET", &urls[i], b"").unwrap())
+        })
+    });
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(10));
+    targets = frontier
+}
+criterion_main!(benches);

@@ -1,0 +1,45 @@
+//! Profiling helper: push then poll+complete N requests (see `perf record`).
+#![allow(clippy::print_stdout)]
+use frontier_core::{DupeFilterConfig, Frontier, FrontierConfig, Policy, Poll, VolatileStore};
+use throttle_core::{Outcome, Settings, Timestamp};
+use workspace_benches::peer_requests;
+
+fn main() {
+    let n: usize = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1_000_000);
+    let hosts: usize = std::env::args()
+        .nth(2)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(10_000);
+    let reqs = peer_requests(n, hosts);
+    let mut s = Settings::default().without_jitter();
+    s.concurrent_requests = u32::MAX;
+    s.concurrent_requests_per_domain = 0;
+    let config = FrontierConfig {
+        policy: Policy::ThrottlingAware,
+        dupefilter: DupeFilterConfig::Disabled,
+        persist_scope_states: false,
+    };
+    let mut f: Frontier<VolatileStore> =
+        Frontier::open(s, config, VolatileStore, Timestamp::ZERO).unwrap();
+    let t0 = std::time::Instant::now();
+    for r in &reqs {
+        f.push(r, Timestamp::ZERO).unwrap();
+    }
+    let push = t0.elapsed();
+    let t0 = std::time::Instant::now();
+    let ok = Outcome::status(200);
+    let mut k = 0;
+    while let Poll::Ready(l) = f.poll(Timestamp::ZERO).unwrap() {
+        f.complete(l.id(), &ok, Timestamp::ZERO).unwrap();
+        k += 1;
+    }
+    let poll = t0.elapsed();
+    println!(
+        "push {:.0}/s poll+complete {:.0}/s ({k})",
+        n as f64 / push.as_secs_f64(),
+        n as f64 / poll.as_secs_f64()
+    );
+}

@@ -1,0 +1,639 @@
+//! The compact binary form of a request: one format-version byte, then postcard.
+//!
+//! Callback names are interned: a record carries a small number and the
+//! [`CallbackTable`] (persisted by every store next to the records) maps it back to the
+//! name. With that, the common case (URL + callback + priority) costs at most the URL's
+//! length plus 8 bytes: version, URL length, callback id, priority, depth, flags, and the
+//! marker for the rare fields.
+//!
+//! A request whose scope group is its URL's host does not repeat the host either: stores
+//! keep the group key next to each record, so `https://host/rest` is stored as `/rest`
+//! with a flag, and decoding takes the group's host back.
+//!
+//! ```
+//! use frontier_core::{Codec, Request};
+//!
+//! let mut codec = Codec::new();
+//! let req = Request::get("https://example.com/a/page").callback("parse_item").priority(3);
+//! let mut bytes = Vec::new();
+//! let new_callback = codec.encode(&req, None, &mut bytes).unwrap();
+//! assert_eq!(new_callback, Some((0, "parse_item")));   // persist this once
+//! assert!(bytes.len() <= req.url.len() + 8);
+//! assert_eq!(codec.decode(&bytes, None).unwrap(), req);
+//! assert!(codec.decode(&bytes[..5], None).is_err());    // never a panic
+//!
+//! // Stored next to its group key, the host need not be repeated.
+//! let mut short = Vec::new();
+//! codec.encode(&req, Some("example.com"), &mut short).unwrap();
+//! assert_eq!(short.len(), bytes.len() - "https://example.com".len());
+//! assert_eq!(codec.decode(&short, Some("example.com")).unwrap(), req);
+//! ```
+
+use alloc::boxed::Box;
+use alloc::string::{String, ToString};
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::fmt;
+
+use hashbrown::HashMap;
+use serde::{Deserialize, Serialize};
+
+use crate::request::{Extras, Method, Request, ScopeAmount};
+
+/// The record format written by this version of the crate.
+pub const FORMAT_VERSION: u8 = 1;
+
+const START: u8 = 1;
+const DONT_FILTER: u8 = 1 << 1;
+const DONT_TRACK: u8 = 1 << 2;
+const DONT_THROTTLE: u8 = 1 << 3;
+const HTTPS_HOST_ELIDED: u8 = 1 << 4;
+const HTTP_HOST_ELIDED: u8 = 1 << 5;
+const KNOWN_FLAGS: u8 =
+    START | DONT_FILTER | DONT_TRACK | DONT_THROTTLE | HTTPS_HOST_ELIDED | HTTP_HOST_ELIDED;
+
+#[derive(Serialize, Deserialize)]
+struct Wire<'a> {
+    #[serde(borrow)]
+    url: &'a str,
+    callback: Option<u32>,
+    priority: i32,
+    depth: u32,
+    flags: u8,
+    #[serde(borrow)]
+    rest: Option<Rest<'a>>,
+}
+
+/// Fields that are absent in the common case.
+#[derive(Serialize, Deserialize)]
+struct Rest<'a> {
+    #[serde(borrow)]
+    method: Option<&'a str>,
+    #[serde(borrow)]
+    scopes: Option<Vec<(&'a str, f64)>>,
+    delay: Option<f64>,
+    #[serde(borrow)]
+    headers: Vec<(&'a str, &'a [u8])>,
+    #[serde(borrow)]
+    body: &'a [u8],
+    #[serde(borrow)]
+    meta: &'a [u8],
+}
+
+/// Callback names by number, shared by every record of one frontier.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CallbackTable {
+    names: Vec<Option<Arc<str>>>,
+    ids: HashMap<Arc<str>, u32>,
+}
+
+impl CallbackTable {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The number of `name`, assigning the next one if it is new (then `true`).
+    pub fn intern(&mut self, name: &str) -> (u32, bool) {
+        if let Some(&id) = self.ids.get(name) {
+            return (id, false);
+        }
+        let id = self.names.len() as u32;
+        let name: Arc<str> = Arc::from(name);
+        self.names.push(Some(name.clone()));
+        self.ids.insert(name, id);
+        (id, true)
+    }
+
+    fn shared(&self, id: u32) -> Option<&Arc<str>> {
+        self.names.get(id as usize).and_then(|n| n.as_ref())
+    }
+
+    /// The name of callback `id`.
+    pub fn name(&self, id: u32) -> Option<&str> {
+        self.names.get(id as usize).and_then(|n| n.as_deref())
+    }
+
+    /// Restores a persisted entry. Fails if `id` already names another callback.
+    pub fn restore(&mut self, id: u32, name: &str) -> Result<(), DecodeError> {
+        let i = id as usize;
+        if i >= self.names.len() {
+            self.names.resize(i + 1, None);
+        }
+        match &self.names[i] {
+            Some(existing) if **existing != *name => Err(DecodeError::new(
+                DecodeErrorKind::Corrupt,
+                alloc::format!("callback {id} is both {existing:?} and {name:?}"),
+            )),
+            Some(_) => Ok(()),
+            None => {
+                let name: Arc<str> = Arc::from(name);
+                self.names[i] = Some(name.clone());
+                self.ids.insert(name, id);
+                Ok(())
+            }
+        }
+    }
+
+    /// Every entry, by number.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &str)> + '_ {
+        self.names
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| n.as_deref().map(|n| (i as u32, n)))
+    }
+
+    /// Number of callbacks known.
+    pub fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Whether no callback is known.
+    pub fn is_empty(&self) -> bool {
+        self.ids.is_empty()
+    }
+}
+
+/// Encodes and decodes requests, interning callback names.
+#[derive(Clone, Debug, Default)]
+pub struct Codec {
+    callbacks: CallbackTable,
+}
+
+impl Codec {
+    /// A codec with an empty callback table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A codec using a restored callback table.
+    pub fn with_callbacks(callbacks: CallbackTable) -> Self {
+        Codec { callbacks }
+    }
+
+    /// The callback table.
+    pub fn callbacks(&self) -> &CallbackTable {
+        &self.callbacks
+    }
+
+    /// The callback table, for restoring entries.
+    pub fn callbacks_mut(&mut self) -> &mut CallbackTable {
+        &mut self.callbacks
+    }
+
+    /// Appends the encoding of `req` to `out`. If `host` is the request's scope group and
+    /// the URL is `http(s)://` + `host` + rest, only the rest is stored (pass the same
+    /// `host` to [`decode`](Self::decode)). Returns the callback number and name if this
+    /// request introduced a new callback: persist it before the record.
+    pub fn encode<'r>(
+        &mut self,
+        req: &'r Request,
+        host: Option<&str>,
+        out: &mut Vec<u8>,
+    ) -> Result<Option<(u32, &'r str)>, EncodeError> {
+        let mut new_callback = None;
+        let callback = req.callback.as_deref().map(|name| {
+            let (id, new) = self.callbacks.intern(name);
+            if new {
+                new_callback = Some((id, name));
+            }
+            id
+        });
+        let mut flags = 0;
+        for (set, bit) in [
+            (req.start, START),
+            (req.dont_filter, DONT_FILTER),
+            (req.dont_track, DONT_TRACK),
+            (req.dont_throttle, DONT_THROTTLE),
+        ] {
+            if set {
+                flags |= bit;
+            }
+        }
+        let mut url: &str = &req.url;
+        if let Some(host) = host.filter(|h| !h.is_empty()) {
+            for (scheme, bit) in [
+                ("https://", HTTPS_HOST_ELIDED),
+                ("http://", HTTP_HOST_ELIDED),
+            ] {
+                let rest = url
+                    .strip_prefix(scheme)
+                    .and_then(|r| r.strip_prefix(host))
+                    .filter(|r| r.is_empty() || r.starts_with(['/', '?', '#']));
+                if let Some(rest) = rest {
+                    url = rest;
+                    flags |= bit;
+                    break;
+                }
+            }
+        }
+        let extras = req.extras.as_deref().filter(|e| !e.is_empty());
+        let rest = (req.method != Method::Get
+            || req.scopes.is_some()
+            || req.delay.is_some()
+            || extras.is_some())
+        .then(|| Rest {
+            method: (req.method != Method::Get).then(|| req.method.as_str()),
+            scopes: req
+                .scopes
+                .as_ref()
+                .map(|s| s.iter().map(|s| (&*s.scope, s.amount)).collect()),
+            delay: req.delay,
+            headers: extras.map_or_else(Vec::new, |e| {
+                e.headers
+                    .iter()
+                    .map(|(n, v)| (n.as_str(), v.as_slice()))
+                    .collect()
+            }),
+            body: extras.map_or(&[], |e| &e.body),
+            meta: extras.map_or(&[], |e| &e.meta),
+        });
+        let wire = Wire {
+            url,
+            callback,
+            priority: req.priority,
+            depth: req.depth,
+            flags,
+            rest,
+        };
+        out.push(FORMAT_VERSION);
+        postcard::to_extend(&wire, core::mem::take(out))
+            .map(|v| *out = v)
+            .map_err(|e| EncodeError(e.to_string()))?;
+        Ok(new_callback)
+    }
+
+    /// Decodes a record; `host` is the group host it was encoded with (if any).
+    /// Corrupted or foreign bytes give an error, never a panic.
+    pub fn decode(&self, bytes: &[u8], host: Option<&str>) -> Result<Request, DecodeError> {
+        let (&version, body) = bytes
+            .split_first()
+            .ok_or_else(|| DecodeError::new(DecodeErrorKind::Corrupt, "empty record".into()))?;
+        if version != FORMAT_VERSION {
+            return Err(DecodeError::new(
+                DecodeErrorKind::UnsupportedVersion(version),
+                alloc::format!(
+                    "record format version {version} (this build reads version {FORMAT_VERSION})"
+                ),
+            ));
+        }
+        let (wire, tail): (Wire<'_>, &[u8]) = postcard::take_from_bytes(body)
+            .map_err(|e| DecodeError::new(DecodeErrorKind::Corrupt, e.to_string()))?;
+        if !tail.is_empty() {
+            return Err(DecodeError::new(
+                DecodeErrorKind::Corrupt,
+                alloc::format!("{} unexpected bytes after the record", tail.len()),
+            ));
+        }
+        if wire.flags & !KNOWN_FLAGS != 0 {
+            return Err(DecodeError::new(
+                DecodeErrorKind::Corrupt,
+                alloc::format!("unknown flag bits {:#04x}", wire.flags),
+            ));
+        }
+        let callback = match wire.callback {
+            None => None,
+            Some(id) => Some(
+                self.callbacks
+                    .shared(id)
+                    .ok_or_else(|| {
+                        DecodeError::new(
+                            DecodeErrorKind::UnknownCallback(id),
+                            alloc::format!("callback number {id} is not in the callback table"),
+                        )
+                    })?
+                    .clone(),
+            ),
+        };
+        let elided = wire.flags & (HTTPS_HOST_ELIDED | HTTP_HOST_ELIDED);
+        let mut req = if elided == 0 {
+            Request::get(wire.url)
+        } else {
+            let host = host.filter(|h| !h.is_empty() && !h.contains(['\n', '\t']));
+            let Some(host) = host.filter(|_| elided != HTTPS_HOST_ELIDED | HTTP_HOST_ELIDED) else {
+                return Err(DecodeError::new(
+                    DecodeErrorKind::Corrupt,
+                    "the record omits its host but no single-host group was given".into(),
+                ));
+            };
+            let scheme = if elided == HTTPS_HOST_ELIDED {
+                "https://"
+            } else {
+                "http://"
+            };
+            let mut url = String::with_capacity(scheme.len() + host.len() + wire.url.len());
+            url.push_str(scheme);
+            url.push_str(host);
+            url.push_str(wire.url);
+            Request::get(url)
+        };
+        req.callback = callback;
+        req.priority = wire.priority;
+        req.depth = wire.depth;
+        req.start = wire.flags & START != 0;
+        req.dont_filter = wire.flags & DONT_FILTER != 0;
+        req.dont_track = wire.flags & DONT_TRACK != 0;
+        req.dont_throttle = wire.flags & DONT_THROTTLE != 0;
+        if let Some(rest) = wire.rest {
+            if let Some(m) = rest.method {
+                req.method = Method::from_name(m);
+            }
+            req.scopes = rest.scopes.map(|s| {
+                s.into_iter()
+                    .map(|(scope, amount)| ScopeAmount {
+                        scope: Box::from(scope),
+                        amount,
+                    })
+                    .collect()
+            });
+            req.delay = rest.delay;
+            let extras = Extras {
+                headers: rest
+                    .headers
+                    .into_iter()
+                    .map(|(n, v)| (String::from(n), v.to_vec()))
+                    .collect(),
+                body: rest.body.to_vec(),
+                meta: rest.meta.to_vec(),
+            };
+            if !extras.is_empty() {
+                req.extras = Some(Box::new(extras));
+            }
+        }
+        Ok(req)
+    }
+}
+
+/// A request could not be encoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EncodeError(String);
+
+impl fmt::Display for EncodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cannot encode request: {}", self.0)
+    }
+}
+
+impl core::error::Error for EncodeError {}
+
+/// What kind of problem a [`DecodeError`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum DecodeErrorKind {
+    /// The bytes are not a valid record.
+    Corrupt,
+    /// Written by a newer (or foreign) format version.
+    UnsupportedVersion(u8),
+    /// The record names a callback the table does not know.
+    UnknownCallback(u32),
+}
+
+/// A record could not be decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecodeError {
+    kind: DecodeErrorKind,
+    detail: String,
+}
+
+impl DecodeError {
+    fn new(kind: DecodeErrorKind, detail: String) -> Self {
+        DecodeError { kind, detail }
+    }
+
+    /// What kind of problem it is.
+    pub fn kind(&self) -> DecodeErrorKind {
+        self.kind
+    }
+}
+
+impl fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "undecodable request record: {}", self.detail)
+    }
+}
+
+impl core::error::Error for DecodeError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec;
+    use proptest::prelude::*;
+
+    fn roundtrip(codec: &mut Codec, req: &Request) -> Vec<u8> {
+        let mut out = Vec::new();
+        codec.encode(req, None, &mut out).unwrap();
+        assert_eq!(&codec.decode(&out, None).unwrap(), req);
+        out
+    }
+
+    #[test]
+    fn common_case_costs_at_most_url_plus_8() {
+        let mut codec = Codec::new();
+        let url = "https://host1234.example56.com/path/4567890?q=4567890&page=12&sort=asc&x=1";
+        for (priority, cb) in [
+            (0, "parse"),
+            (-5, "parse_item"),
+            (63, "a_much_longer_callback"),
+        ] {
+            let req = Request::get(url).callback(cb).priority(priority).depth(3);
+            let bytes = roundtrip(&mut codec, &req);
+            assert!(bytes.len() <= url.len() + 8, "{} bytes", bytes.len());
+        }
+        let bytes = roundtrip(&mut codec, &Request::get(url));
+        assert!(bytes.len() <= url.len() + 7);
+    }
+
+    #[test]
+    fn every_field_survives() {
+        let mut codec = Codec::new();
+        let req = Request::new(Method::Other("PATCH".into()), "https://api.example.com/x")
+            .callback("cb")
+            .priority(-100_000)
+            .depth(70_000)
+            .start()
+            .dont_filter()
+            .dont_track()
+            .dont_throttle()
+            .scope("api")
+            .scope_amount("cost", 2.5)
+            .delay(1.25)
+            .header("X-Token", b"secret".to_vec())
+            .body(b"{\"a\":1}".to_vec())
+            .meta(vec![0u8, 255, 7]);
+        roundtrip(&mut codec, &req);
+        roundtrip(
+            &mut codec,
+            &Request::new(Method::Post, "https://a.b/").body(b"x".to_vec()),
+        );
+        roundtrip(&mut codec, &Request::new(Method::Head, "https://a.b/"));
+    }
+
+    #[test]
+    fn decoding_errors_are_typed() {
+        let mut codec = Codec::new();
+        let mut bytes = Vec::new();
+        codec
+            .encode(
+                &Request::get("https://a.b/").callback("cb"),
+                None,
+                &mut bytes,
+            )
+            .unwrap();
+        assert_eq!(
+            codec.decode(&[], None).unwrap_err().kind(),
+            DecodeErrorKind::Corrupt
+        );
+        let mut v2 = bytes.clone();
+        v2[0] = 2;
+        assert_eq!(
+            codec.decode(&v2, None).unwrap_err().kind(),
+            DecodeErrorKind::UnsupportedVersion(2)
+        );
+        let fresh = Codec::new();
+        assert_eq!(
+            fresh.decode(&bytes, None).unwrap_err().kind(),
+            DecodeErrorKind::UnknownCallback(0)
+        );
+        let mut trailing = bytes.clone();
+        trailing.push(0);
+        assert!(codec.decode(&trailing, None).is_err());
+        for cut in 0..bytes.len() {
+            assert!(
+                codec.decode(&bytes[..cut], None).is_err(),
+                "prefix of {cut} bytes"
+            );
+        }
+        let err = codec.decode(&[1, 200], None).unwrap_err().to_string();
+        assert!(err.starts_with("undecodable request record"), "{err}");
+    }
+
+    #[test]
+    fn host_elision() {
+        let mut codec = Codec::new();
+        for (url, host, elided) in [
+            ("https://a.example.com/x?y", "a.example.com", true),
+            ("http://a.example.com", "a.example.com", true),
+            ("http://a.example.com#f", "a.example.com", true),
+            ("https://a.example.com:8080/x", "a.example.com:8080", true),
+            ("https://a.example.com.evil/x", "a.example.com", false),
+            ("https://A.example.com/x", "a.example.com", false),
+            ("ftp://a.example.com/x", "a.example.com", false),
+        ] {
+            let req = Request::get(url).callback("parse");
+            let (mut full, mut short) = (Vec::new(), Vec::new());
+            codec.encode(&req, None, &mut full).unwrap();
+            codec.encode(&req, Some(host), &mut short).unwrap();
+            assert_eq!(short.len() < full.len(), elided, "{url}");
+            assert_eq!(codec.decode(&short, Some(host)).unwrap(), req, "{url}");
+            if elided {
+                assert!(
+                    codec.decode(&short, None).is_err(),
+                    "{url}: the host is needed"
+                );
+                assert!(codec.decode(&short, Some("a\nb")).is_err());
+            }
+        }
+    }
+
+    #[test]
+    fn callback_table_restore() {
+        let mut t = CallbackTable::new();
+        t.restore(2, "c").unwrap();
+        t.restore(0, "a").unwrap();
+        t.restore(0, "a").unwrap();
+        assert!(t.restore(0, "b").is_err());
+        assert_eq!(t.name(2), Some("c"));
+        assert_eq!(t.name(1), None);
+        assert_eq!(t.intern("a"), (0, false));
+        assert_eq!(t.intern("d"), (3, true));
+        assert_eq!(t.iter().collect::<Vec<_>>(), [(0, "a"), (2, "c"), (3, "d")]);
+    }
+
+    fn arb_request() -> impl Strategy<Value = Request> {
+        (
+            "[a-z]{1,8}://[a-z0-9.]{1,20}/[ -~]{0,40}",
+            proptest::option::of("[a-z_]{1,12}"),
+            any::<i32>(),
+            any::<u32>(),
+            any::<[bool; 4]>(),
+            proptest::option::of(proptest::collection::vec(
+                ("[a-z.]{1,10}", -1e6f64..1e6),
+                0..3,
+            )),
+            proptest::option::of(0.0f64..1e5),
+            proptest::option::of((
+                proptest::collection::vec(
+                    (
+                        "[A-Za-z-]{1,10}",
+                        proptest::collection::vec(any::<u8>(), 0..10),
+                    ),
+                    0..3,
+                ),
+                proptest::collection::vec(any::<u8>(), 0..20),
+                proptest::collection::vec(any::<u8>(), 0..20),
+            )),
+            prop_oneof![
+                Just(Method::Get),
+                Just(Method::Post),
+                Just(Method::Head),
+                "[A-Z]{1,7}".prop_map(|m| Method::from_name(&m))
+            ],
+        )
+            .prop_map(
+                |(url, cb, priority, depth, f, scopes, delay, extras, method)| {
+                    let mut r = Request::new(method, url);
+                    r.callback = cb.map(|c| Arc::from(c.as_str()));
+                    r.priority = priority;
+                    r.depth = depth;
+                    (r.start, r.dont_filter, r.dont_track, r.dont_throttle) =
+                        (f[0], f[1], f[2], f[3]);
+                    r.scopes = scopes.map(|v| {
+                        v.into_iter()
+                            .map(|(s, a)| ScopeAmount {
+                                scope: s.into(),
+                                amount: a,
+                            })
+                            .collect()
+                    });
+                    r.delay = delay;
+                    r.extras = extras
+                        .map(|(headers, body, meta)| Extras {
+                            headers,
+                            body,
+                            meta,
+                        })
+                        .filter(|e| !e.is_empty())
+                        .map(Box::new);
+                    r
+                },
+            )
+    }
+
+    proptest! {
+        #[test]
+        fn roundtrip_any_request(req in arb_request()) {
+            let mut codec = Codec::new();
+            let mut out = Vec::new();
+            codec.encode(&req, None, &mut out).unwrap();
+            prop_assert_eq!(codec.decode(&out, None).unwrap(), req.clone());
+            // With the group host elided (when it matches) and given back.
+            let host = crate::group::host_scope(&req.url).ok();
+            let mut short = Vec::new();
+            codec.encode(&req, host.as_deref(), &mut short).unwrap();
+            prop_assert!(short.len() <= out.len());
+            prop_assert_eq!(codec.decode(&short, host.as_deref()).unwrap(), req);
+        }
+
+        #[test]
+        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let mut codec = Codec::new();
+            codec.callbacks_mut().intern("parse");
+            let _ = codec.decode(&bytes, None);
+            let mut with_version = vec![FORMAT_VERSION];
+            with_version.extend_from_slice(&bytes);
+            let _ = codec.decode(&with_version, None);
+            let _ = codec.decode(&with_version, Some("example.com"));
+        }
+    }
+}

@@ -1,0 +1,749 @@
+//! The frontier: push discovered requests, poll the next one that may go out now,
+//! acknowledge it when it is done.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt;
+
+use hashbrown::HashMap;
+use throttle_core::{
+    ConfigError, CrawlDelayDecision, HeldBackMonitor, Outcome, Permit, QuotaReconcile,
+    ScopeSnapshot, Settings, Throttler, Timestamp, secs_to_duration,
+};
+
+use crate::codec::{Codec, DecodeError, EncodeError};
+use crate::dupefilter::{DupeFilter, DupeFilterConfig, DupeFilterConfigError};
+use crate::fingerprint::{Fingerprint, Fingerprinter};
+use crate::group::{InvalidGroupKey, InvalidRequest, group_key};
+use crate::request::Request;
+use crate::scheduler::{Policy, SchedPoll, Scheduler};
+use crate::stats::FrontierStats;
+use crate::store::{EntryMeta, RecoveryVisitor, Store, VolatileStore};
+
+/// Options of the frontier itself (the throttling and ordering settings are in
+/// [`Settings`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct FrontierConfig {
+    /// How ready groups are chosen.
+    pub policy: Policy,
+    /// How seen fingerprints are remembered.
+    pub dupefilter: DupeFilterConfig,
+    /// Save throttle scope states in the store on [`flush`](Frontier::flush) and restore
+    /// them on open, so a resumed crawl keeps its backoff and learned rates.
+    pub persist_scope_states: bool,
+}
+
+impl Default for FrontierConfig {
+    fn default() -> Self {
+        FrontierConfig {
+            policy: Policy::ThrottlingAware,
+            dupefilter: DupeFilterConfig::Exact,
+            persist_scope_states: true,
+        }
+    }
+}
+
+/// Identifies a leased request until it is completed or retried.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LeaseId(pub u64);
+
+/// A request handed out by [`Frontier::poll`]: send it, then
+/// [`complete`](Frontier::complete) or [`retry`](Frontier::retry) it.
+#[derive(Clone, Debug, PartialEq)]
+#[must_use = "a lease holds throttling slots until it is completed or retried"]
+pub struct Lease {
+    id: LeaseId,
+    /// The request to send.
+    pub request: Request,
+}
+
+impl Lease {
+    /// The lease's identity.
+    pub fn id(&self) -> LeaseId {
+        self.id
+    }
+}
+
+/// The answer of [`Frontier::poll`].
+#[derive(Clone, Debug, PartialEq)]
+#[must_use]
+pub enum Poll {
+    /// Send this request now.
+    Ready(Lease),
+    /// Nothing may go before this instant (unless a completion frees a scope earlier).
+    NotUntil(Timestamp),
+    /// Everything queued waits for a completion.
+    Blocked,
+    /// Nothing is queued.
+    Empty,
+}
+
+/// What [`Frontier::push`] did with a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PushOutcome {
+    /// Queued (and durable per the store's policy) under this lease id.
+    Queued(LeaseId),
+    /// Already seen (the duplicate filter), dropped.
+    Duplicate,
+    /// Deeper than `depth_limit`, dropped.
+    TooDeep,
+}
+
+/// Why a frontier operation failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum FrontierError<E> {
+    /// The store failed.
+    Store(E),
+    /// The request cannot be accepted (bad URL, scope names, delay, ...).
+    InvalidRequest(InvalidRequest),
+    /// Invalid settings.
+    Config(ConfigError),
+    /// Invalid duplicate-filter configuration.
+    DupeFilter(DupeFilterConfigError),
+    /// A stored request could not be decoded. It stays leased under `lease`: complete
+    /// it to drop it, or retry it after repairing the store.
+    Corrupt {
+        /// The lease holding the undecodable request.
+        lease: LeaseId,
+        /// Why it could not be decoded.
+        source: DecodeError,
+    },
+    /// The store holds a scope group key that does not parse.
+    CorruptGroup(InvalidGroupKey),
+    /// A request could not be encoded.
+    Encode(EncodeError),
+}
+
+impl<E: fmt::Display> fmt::Display for FrontierError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FrontierError::Store(e) => write!(f, "store error: {e}"),
+            FrontierError::InvalidRequest(e) => e.fmt(f),
+            FrontierError::Config(e) => e.fmt(f),
+            FrontierError::DupeFilter(e) => e.fmt(f),
+            FrontierError::Corrupt { lease, source } => {
+                write!(f, "stored request #{}: {source}", lease.0)
+            }
+            FrontierError::CorruptGroup(e) => write!(f, "corrupted store: {e}"),
+            FrontierError::Encode(e) => e.fmt(f),
+        }
+    }
+}
+
+impl<E: core::error::Error + 'static> core::error::Error for FrontierError<E> {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            FrontierError::Store(e) => Some(e),
+            FrontierError::Corrupt { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+struct LeaseRecord<H> {
+    group: u32,
+    permit: Permit,
+    handle: H,
+    priority: i32,
+    start: bool,
+    dont_track: bool,
+}
+
+/// The crawl frontier over a [`Store`].
+///
+/// It owns the [`Throttler`]: a polled request already holds its throttling slots, and
+/// its completion feeds backoff.
+pub struct Frontier<S: Store = VolatileStore> {
+    store: S,
+    throttler: Throttler,
+    scheduler: Scheduler<S::Handle>,
+    codec: Codec,
+    filter: DupeFilter,
+    leases: HashMap<u64, LeaseRecord<S::Handle>>,
+    next_seq: u64,
+    stats: FrontierStats,
+    config: FrontierConfig,
+    depth_priority: i32,
+    depth_limit: u32,
+    held_back: HeldBackMonitor,
+    payload: Vec<u8>,
+    key: String,
+    fingerprinter: Fingerprinter,
+}
+
+impl<S: Store> fmt::Debug for Frontier<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Frontier")
+            .field("store", &self.store.kind())
+            .field("queued", &self.len())
+            .field("leased", &self.leases.len())
+            .field("stats", &self.stats)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Rebuilds a frontier from what its store replays.
+struct Rebuild<'a, H> {
+    scheduler: &'a mut Scheduler<H>,
+    codec: &'a mut Codec,
+    filter: &'a mut DupeFilter,
+    throttler: &'a mut Throttler,
+    stats: &'a mut FrontierStats,
+    restore_scopes: bool,
+    next_seq: u64,
+    now: Timestamp,
+    error: Option<RebuildError>,
+}
+
+enum RebuildError {
+    Callback(DecodeError),
+    Group(InvalidGroupKey),
+}
+
+impl<H> RecoveryVisitor<H> for Rebuild<'_, H> {
+    fn callback(&mut self, id: u32, name: &str) {
+        if let Err(e) = self.codec.callbacks_mut().restore(id, name) {
+            self.error.get_or_insert(RebuildError::Callback(e));
+        }
+    }
+
+    fn fingerprint(&mut self, fingerprint: &Fingerprint) {
+        self.filter.insert(fingerprint);
+    }
+
+    fn entry(&mut self, seq: u64, meta: EntryMeta<'_>, handle: H, leased: bool) {
+        self.next_seq = self.next_seq.max(seq.saturating_add(1));
+        let group = match self.scheduler.group_for(meta.group) {
+            Ok(g) => g,
+            Err(e) => {
+                self.error.get_or_insert(RebuildError::Group(e));
+                return;
+            }
+        };
+        if leased {
+            self.stats.redelivered += 1;
+        }
+        self.scheduler.insert(
+            group,
+            seq,
+            handle,
+            meta.priority,
+            meta.start,
+            meta.not_before,
+            self.now,
+        );
+    }
+
+    fn scope_state(&mut self, snapshot: ScopeSnapshot) {
+        if self.restore_scopes {
+            self.throttler.restore(&snapshot, self.now);
+        }
+    }
+
+    fn next_seq(&mut self, next: u64) {
+        self.next_seq = self.next_seq.max(next);
+    }
+}
+
+impl Frontier<VolatileStore> {
+    /// An in-memory frontier that persists nothing.
+    pub fn in_memory(
+        settings: Settings,
+        now: Timestamp,
+    ) -> Result<Self, FrontierError<crate::store::MemoryStoreError>> {
+        Frontier::open(settings, FrontierConfig::default(), VolatileStore, now)
+    }
+}
+
+impl<S: Store> Frontier<S> {
+    /// Opens a frontier on `store`, replaying what it holds: queued requests in their
+    /// order, unacknowledged leases (queued again and counted as redelivered), the
+    /// duplicate filter, callback names and, if configured, throttle scope states.
+    pub fn open(
+        settings: Settings,
+        config: FrontierConfig,
+        mut store: S,
+        now: Timestamp,
+    ) -> Result<Self, FrontierError<S::Error>> {
+        let mut scheduler = Scheduler::new(
+            config.policy,
+            settings.scheduler_order,
+            settings.start_order,
+        );
+        let held_back = HeldBackMonitor::new(settings.delayed_requests_warn_threshold as usize);
+        let (depth_priority, depth_limit) = (settings.depth_priority, settings.depth_limit);
+        let mut throttler = Throttler::new(settings, now).map_err(FrontierError::Config)?;
+        let mut filter = DupeFilter::new(config.dupefilter).map_err(FrontierError::DupeFilter)?;
+        let mut codec = Codec::new();
+        let mut stats = FrontierStats::new(store.kind());
+        let mut rebuild = Rebuild {
+            scheduler: &mut scheduler,
+            codec: &mut codec,
+            filter: &mut filter,
+            throttler: &mut throttler,
+            stats: &mut stats,
+            restore_scopes: config.persist_scope_states,
+            next_seq: 0,
+            now,
+            error: None,
+        };
+        store.recover(&mut rebuild).map_err(FrontierError::Store)?;
+        let next_seq = rebuild.next_seq;
+        match rebuild.error {
+            Some(RebuildError::Callback(e)) => {
+                return Err(FrontierError::Corrupt {
+                    lease: LeaseId(0),
+                    source: e,
+                });
+            }
+            Some(RebuildError::Group(e)) => return Err(FrontierError::CorruptGroup(e)),
+            None => {}
+        }
+        #[cfg(feature = "tracing")]
+        if stats.redelivered > 0 {
+            tracing::info!(
+                redelivered = stats.redelivered,
+                "unacknowledged leases queued again"
+            );
+        }
+        Ok(Frontier {
+            store,
+            throttler,
+            scheduler,
+            codec,
+            filter,
+            leases: HashMap::new(),
+            next_seq,
+            stats,
+            config,
+            depth_priority,
+            depth_limit,
+            held_back,
+            payload: Vec::new(),
+            key: String::new(),
+            fingerprinter: Fingerprinter::new(),
+        })
+    }
+
+    /// Queues a request (unless it is a duplicate or too deep). It is durable, with its
+    /// fingerprint marked seen, in the same store step.
+    pub fn push(
+        &mut self,
+        request: &Request,
+        now: Timestamp,
+    ) -> Result<PushOutcome, FrontierError<S::Error>> {
+        if self.depth_limit > 0 && request.depth > self.depth_limit {
+            self.stats.depth_ignored += 1;
+            return Ok(PushOutcome::TooDeep);
+        }
+        let not_before = match request.delay {
+            None => None,
+            Some(d) if d.is_finite() && d >= 0.0 => Some(now + secs_to_duration(d)),
+            Some(d) => {
+                return Err(FrontierError::InvalidRequest(InvalidRequest::new(
+                    &request.url,
+                    alloc::format!("delay must be a finite number of seconds >= 0, got {d}"),
+                )));
+            }
+        };
+        let mut key = core::mem::take(&mut self.key);
+        if request.dont_throttle {
+            key.clear();
+        } else if let Err(e) = group_key(request, &mut key) {
+            self.key = key;
+            return Err(FrontierError::InvalidRequest(e));
+        }
+        let fp = if request.dont_filter || matches!(self.filter, DupeFilter::Disabled) {
+            None
+        } else {
+            let fp = self
+                .fingerprinter
+                .fingerprint(request.method.as_str(), &request.url, request.body_bytes())
+                .map_err(|e| {
+                    FrontierError::InvalidRequest(InvalidRequest::new(
+                        &request.url,
+                        alloc::format!("{e}"),
+                    ))
+                });
+            match fp {
+                Ok(fp) if self.filter.contains(&fp) => {
+                    self.key = key;
+                    self.stats.filtered += 1;
+                    return Ok(PushOutcome::Duplicate);
+                }
+                Ok(fp) => Some(fp),
+                Err(e) => {
+                    self.key = key;
+                    return Err(e);
+                }
+            }
+        };
+        let result = self.store_new(request, &key, fp.as_ref(), not_before, now);
+        self.key = key;
+        let seq = result?;
+        if let Some(fp) = &fp {
+            self.filter.insert(fp);
+        }
+        self.stats.enqueued += 1;
+        self.stats.depth_max = self.stats.depth_max.max(request.depth);
+        self.held_back.update(self.scheduler.delayed());
+        Ok(PushOutcome::Queued(LeaseId(seq)))
+    }
+
+    fn store_new(
+        &mut self,
+        request: &Request,
+        key: &str,
+        fp: Option<&Fingerprint>,
+        not_before: Option<Timestamp>,
+        now: Timestamp,
+    ) -> Result<u64, FrontierError<S::Error>> {
+        let group = self
+            .scheduler
+            .group_for(key)
+            .map_err(FrontierError::CorruptGroup)?;
+        let priority = request
+            .priority
+            .saturating_sub((request.depth as i32).saturating_mul(self.depth_priority));
+        self.payload.clear();
+        let host = elidable_host(request, key);
+        if let Some((id, name)) = self
+            .codec
+            .encode(request, host, &mut self.payload)
+            .map_err(FrontierError::Encode)?
+        {
+            self.store
+                .put_callback(id, name)
+                .map_err(FrontierError::Store)?;
+        }
+        let seq = self.next_seq;
+        let meta = EntryMeta {
+            group: key,
+            priority,
+            start: request.start,
+            not_before,
+        };
+        let handle = self
+            .store
+            .push(seq, &meta, &self.payload, fp)
+            .map_err(FrontierError::Store)?;
+        self.next_seq += 1;
+        self.scheduler
+            .insert(group, seq, handle, priority, request.start, not_before, now);
+        Ok(seq)
+    }
+
+    /// The next request that may go out now, leased; or when to ask again.
+    pub fn poll(&mut self, now: Timestamp) -> Result<Poll, FrontierError<S::Error>> {
+        let (seq, handle, group, permit, priority) =
+            match self.scheduler.poll(&mut self.throttler, now, true) {
+                SchedPoll::Ready {
+                    seq,
+                    handle,
+                    group,
+                    permit,
+                    priority,
+                } => (seq, handle, group, permit, priority),
+                SchedPoll::NotUntil(t) => return Ok(Poll::NotUntil(t)),
+                SchedPoll::Blocked => return Ok(Poll::Blocked),
+                SchedPoll::Empty => return Ok(Poll::Empty),
+                SchedPoll::Peeked { .. } => unreachable!("a reserving poll never peeks"),
+            };
+        self.stats.dequeued += 1;
+        self.stats.leased += 1;
+        let decoded = match self.store.load(seq, &handle, &mut self.payload) {
+            Err(e) => Err(FrontierError::Store(e)),
+            Ok(bytes) => self
+                .codec
+                .decode(bytes, Some(self.scheduler.group_key(group)))
+                .map_err(|source| FrontierError::Corrupt {
+                    lease: LeaseId(seq),
+                    source,
+                }),
+        };
+        let lease_mark = self.store.lease(seq, &handle);
+        let (start, dont_track) = match &decoded {
+            Ok(r) => (r.start, r.dont_track),
+            Err(_) => (false, false),
+        };
+        self.leases.insert(
+            seq,
+            LeaseRecord {
+                group,
+                permit,
+                handle,
+                priority,
+                start,
+                dont_track,
+            },
+        );
+        let request = decoded?;
+        lease_mark.map_err(FrontierError::Store)?;
+        Ok(Poll::Ready(Lease {
+            id: LeaseId(seq),
+            request,
+        }))
+    }
+
+    /// The request a [`poll`](Self::poll) at `now` would hand out, without leasing it.
+    pub fn peek(&mut self, now: Timestamp) -> Result<Option<Request>, FrontierError<S::Error>> {
+        let group = match self.scheduler.poll(&mut self.throttler, now, false) {
+            SchedPoll::Peeked { group, .. } => group,
+            _ => return Ok(None),
+        };
+        let (seq, handle) = self.scheduler.peek_head(group);
+        let bytes = self
+            .store
+            .load(seq, handle, &mut self.payload)
+            .map_err(FrontierError::Store)?;
+        self.codec
+            .decode(bytes, Some(self.scheduler.group_key(group)))
+            .map(Some)
+            .map_err(|source| FrontierError::Corrupt {
+                lease: LeaseId(seq),
+                source,
+            })
+    }
+
+    /// Acknowledges a leased request with how it ended: its throttling slots are freed,
+    /// the outcome feeds backoff, and the store forgets it. Returns `false` for a lease
+    /// that is unknown or already ended.
+    pub fn complete(
+        &mut self,
+        lease: LeaseId,
+        outcome: &Outcome<'_>,
+        now: Timestamp,
+    ) -> Result<bool, FrontierError<S::Error>> {
+        let Some(rec) = self.leases.remove(&lease.0) else {
+            return Ok(false);
+        };
+        self.release(&rec, outcome, now);
+        self.stats.acked += 1;
+        self.store
+            .ack(lease.0, rec.handle)
+            .map_err(FrontierError::Store)?;
+        Ok(true)
+    }
+
+    /// Puts a leased request back in the queue (after its outcome fed backoff), with its
+    /// priority raised by `priority_adjust` (Scrapy's retries use -1). It skips the
+    /// duplicate filter. Returns `false` for a lease that is unknown or already ended.
+    pub fn retry(
+        &mut self,
+        lease: LeaseId,
+        outcome: &Outcome<'_>,
+        priority_adjust: i32,
+        now: Timestamp,
+    ) -> Result<bool, FrontierError<S::Error>> {
+        let Some(rec) = self.leases.remove(&lease.0) else {
+            return Ok(false);
+        };
+        self.release(&rec, outcome, now);
+        let new_seq = self.next_seq;
+        self.next_seq += 1;
+        let priority = rec.priority.saturating_add(priority_adjust);
+        let meta = EntryMeta {
+            group: self.scheduler.group_key(rec.group),
+            priority,
+            start: rec.start,
+            not_before: None,
+        };
+        let handle = self
+            .store
+            .requeue(lease.0, rec.handle, new_seq, &meta)
+            .map_err(FrontierError::Store)?;
+        self.scheduler
+            .insert(rec.group, new_seq, handle, priority, rec.start, None, now);
+        self.stats.retried += 1;
+        self.stats.enqueued += 1;
+        Ok(true)
+    }
+
+    fn release(&mut self, rec: &LeaseRecord<S::Handle>, outcome: &Outcome<'_>, now: Timestamp) {
+        let outcome = if rec.dont_track {
+            &Outcome::Cancelled
+        } else {
+            outcome
+        };
+        let load = self.throttler.release_and_load(rec.permit, outcome, now);
+        self.scheduler
+            .lease_ended(rec.group, load, &mut self.throttler, now);
+    }
+
+    /// When to poll again at the latest if nothing completes: the next scope timer or
+    /// delayed request.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Timestamp> {
+        self.scheduler.next_event()
+    }
+
+    /// Requests queued (not leased), including ones held by their own delay.
+    pub fn len(&self) -> usize {
+        self.scheduler.queued() + self.scheduler.delayed()
+    }
+
+    /// Whether nothing is queued.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Leases not yet completed or retried.
+    pub fn in_flight(&self) -> usize {
+        self.leases.len()
+    }
+
+    /// Scope groups in memory.
+    pub fn groups(&self) -> usize {
+        self.scheduler.groups()
+    }
+
+    /// Counters with Scrapy's names.
+    pub fn stats(&self) -> &FrontierStats {
+        &self.stats
+    }
+
+    /// The throttler (read-only; use the frontier's methods to change scopes, so parked
+    /// requests are looked at again).
+    pub fn throttler(&self) -> &Throttler {
+        &self.throttler
+    }
+
+    /// The duplicate filter.
+    pub fn dupefilter(&self) -> &DupeFilter {
+        &self.filter
+    }
+
+    /// The store.
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// The frontier's options.
+    pub fn config(&self) -> &FrontierConfig {
+        &self.config
+    }
+
+    /// See [`Throttler::delay_scope`].
+    pub fn delay_scope(
+        &mut self,
+        scope: &str,
+        secs: f64,
+        now: Timestamp,
+    ) -> Result<(), FrontierError<S::Error>> {
+        self.throttler
+            .delay_scope(scope, secs, now)
+            .map_err(FrontierError::Config)
+    }
+
+    /// See [`Throttler::handle_crawl_delay`].
+    pub fn handle_crawl_delay(
+        &mut self,
+        scope: &str,
+        secs: f64,
+        now: Timestamp,
+    ) -> Result<CrawlDelayDecision, FrontierError<S::Error>> {
+        self.throttler
+            .handle_crawl_delay(scope, secs, now)
+            .map_err(FrontierError::Config)
+    }
+
+    /// See [`Throttler::set_scope_delay`]; parked requests are looked at again.
+    pub fn set_scope_delay(
+        &mut self,
+        scope: &str,
+        secs: f64,
+        now: Timestamp,
+    ) -> Result<(), FrontierError<S::Error>> {
+        self.throttler
+            .set_scope_delay(scope, secs, now)
+            .map_err(FrontierError::Config)?;
+        self.scheduler
+            .scope_changed(scope, &mut self.throttler, now);
+        Ok(())
+    }
+
+    /// See [`Throttler::set_scope_concurrency`]; parked requests are looked at again.
+    pub fn set_scope_concurrency(
+        &mut self,
+        scope: &str,
+        concurrency: u32,
+        now: Timestamp,
+    ) -> Result<(), FrontierError<S::Error>> {
+        self.throttler
+            .set_scope_concurrency(scope, concurrency, now)
+            .map_err(FrontierError::Config)?;
+        self.scheduler
+            .scope_changed(scope, &mut self.throttler, now);
+        Ok(())
+    }
+
+    /// See [`Throttler::reconcile_quota`]; parked requests are looked at again.
+    pub fn reconcile_quota(
+        &mut self,
+        scope: &str,
+        how: QuotaReconcile,
+        now: Timestamp,
+    ) -> Result<(), FrontierError<S::Error>> {
+        self.throttler
+            .reconcile_quota(scope, how, now)
+            .map_err(FrontierError::Config)?;
+        self.scheduler
+            .scope_changed(scope, &mut self.throttler, now);
+        Ok(())
+    }
+
+    /// Marks fingerprints seen (e.g. from a Scrapy `requests.seen` file, see
+    /// [`parse_seen_file`](crate::parse_seen_file)), in the filter and the store.
+    pub fn import_seen(
+        &mut self,
+        fingerprints: &[Fingerprint],
+    ) -> Result<usize, FrontierError<S::Error>> {
+        self.store
+            .add_fingerprints(fingerprints)
+            .map_err(FrontierError::Store)?;
+        Ok(fingerprints
+            .iter()
+            .filter(|fp| self.filter.insert(fp))
+            .count())
+    }
+
+    /// Makes everything durable now (and saves scope states if configured).
+    pub fn flush(&mut self) -> Result<(), FrontierError<S::Error>> {
+        if self.config.persist_scope_states {
+            let states: Vec<ScopeSnapshot> = self.throttler.snapshots().collect();
+            self.store
+                .save_scope_states(&states)
+                .map_err(FrontierError::Store)?;
+        }
+        self.store.flush().map_err(FrontierError::Store)
+    }
+
+    /// Flushes and hands the store back (to reopen it later). Leases still out are not
+    /// acknowledged: a frontier reopened on the store delivers them again.
+    pub fn into_store(mut self) -> Result<S, FrontierError<S::Error>> {
+        self.flush()?;
+        Ok(self.store)
+    }
+
+    /// Hands the store back without flushing, as a crash would leave it (tests).
+    pub fn abandon(self) -> S {
+        self.store
+    }
+}
+
+/// The host to leave out of a stored record: its group key when the group is the URL's
+/// own host (no explicit scopes).
+fn elidable_host<'k>(request: &Request, key: &'k str) -> Option<&'k str> {
+    let explicit = request.scopes.as_ref().is_some_and(|s| !s.is_empty());
+    (!explicit && !request.dont_throttle).then_some(key)
+}
+
+#[cfg(test)]
+#[allow(dead_code)]
+fn frontier_is_send<S: Store + Send>(f: Frontier<S>) -> impl Send
+where
+    S::Handle: Send,
+{
+    f
+}

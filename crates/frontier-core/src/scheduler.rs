@@ -1,0 +1,896 @@
+//! Throttling-aware scheduling: which queued request goes next.
+//!
+//! Requests are grouped by scope set. A group with queued requests is in exactly one of
+//! two places:
+//!
+//! - a **candidate**: it may be able to send now. Candidates are ordered by the policy:
+//!   throttling-aware (head priority, other requests before start requests, lower load of
+//!   the busiest scope, larger quota amount, least recently served) or slot-aware (fewest
+//!   requests in flight, then round-robin by group name);
+//! - **parked on one scope** that stops it: the scope whose delay, backoff or quota ends
+//!   last, or whose concurrency is full. Each scope keeps its parked groups in priority
+//!   order and has at most one timer. When the scope's time comes, or one of its requests
+//!   completes, it wakes its best parked group only; if that group cannot use the chance
+//!   (another of its scopes stops it), the chance passes to the next one.
+//!
+//! So a poll costs O(log n) in the number of groups, one slow scope never blocks the
+//! others, and a scope shared by thousands of groups wakes them one at a time instead of
+//! all at once. Requests held only by their own `delay` wait in the event heap and join
+//! their group, at their sequence position, when it ends.
+
+use alloc::boxed::Box;
+use alloc::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::cmp::Reverse;
+
+use hashbrown::HashMap;
+use throttle_core::{
+    NotReady, Permit, QueueOrder, RequestFlags, ScopeHint, ScopeUse, StartOrder, Throttler,
+    Timestamp,
+};
+
+use crate::group::{InvalidGroupKey, parse_group_key};
+
+/// How the frontier chooses among groups that may send now.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Policy {
+    /// Highest priority first; at equal priority other requests before start requests,
+    /// then the lower load of the group's busiest scope, then the larger quota amount,
+    /// then round-robin.
+    #[default]
+    ThrottlingAware,
+    /// Scrapy's downloader-aware order: the group (download slot) with the fewest
+    /// requests in flight, ties broken round-robin by name; priority decides within a
+    /// group.
+    SlotAware,
+}
+
+/// A queued request inside a group.
+#[derive(Debug)]
+struct Entry<H> {
+    seq: u64,
+    handle: H,
+}
+
+/// Within a group: highest priority first, then class 0 (others) before class 1 (start).
+type BucketKey = (Reverse<i32>, u8);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum GroupState {
+    /// Nothing queued right now (maybe delayed requests or leases in flight).
+    Idle,
+    Candidate,
+    Parked(u32),
+}
+
+struct Group<H> {
+    key: Arc<str>,
+    /// Scope names and amounts for throttler calls (empty: the unthrottled lane).
+    uses: Box<[(Box<str>, f64)]>,
+    /// Where the throttler keeps each scope's state (skips name lookups).
+    hints: Box<[ScopeHint]>,
+    scope_ids: Box<[u32]>,
+    amount: f64,
+    buckets: BTreeMap<BucketKey, VecDeque<Entry<H>>>,
+    len: usize,
+    delayed: usize,
+    active: u32,
+    state: GroupState,
+    epoch: u32,
+    last_served: u64,
+    /// Load of its busiest scope when last looked at (a tie-breaker).
+    load: f64,
+    /// Another group uses one of its scopes: its load can change behind its back.
+    shared: bool,
+    /// The scope that woke this candidate: it gets the chance back if unused.
+    woken_by: Option<u32>,
+    live: bool,
+}
+
+impl<H> Group<H> {
+    /// Calls `f` with the group's scopes as throttler uses.
+    fn with_uses<R>(&self, f: impl FnOnce(&[ScopeUse<'_>]) -> R) -> R {
+        with_uses(&self.uses, f)
+    }
+}
+
+/// Calls `f` with `uses` as throttler uses, without allocating for the usual handful.
+fn with_uses<R>(uses: &[(Box<str>, f64)], f: impl FnOnce(&[ScopeUse<'_>]) -> R) -> R {
+    const INLINE: usize = 4;
+    if uses.len() <= INLINE {
+        let mut buf = [ScopeUse::new(""); INLINE];
+        for (slot, (name, amount)) in buf.iter_mut().zip(uses.iter()) {
+            *slot = ScopeUse::with_amount(name, *amount);
+        }
+        f(&buf[..uses.len()])
+    } else {
+        let uses: Vec<ScopeUse<'_>> = uses
+            .iter()
+            .map(|(n, a)| ScopeUse::with_amount(n, *a))
+            .collect();
+        f(&uses)
+    }
+}
+
+/// Orders candidates and parked groups, packed into one integer so that heap
+/// comparisons are cheap. Greater is better (a heap's top). From the most significant
+/// bits: priority, other requests before start requests, lower load (in 1/65535ths),
+/// larger quota amount (the top 16 bits of its `f32` pattern, which order like the
+/// numbers), least recently served; then the lower group number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Rank {
+    key: u128,
+    group: Reverse<u32>,
+}
+
+impl Rank {
+    fn new(priority: i32, class: u8, load: f64, amount: f64, last_served: u64, group: u32) -> Self {
+        let priority = (i64::from(priority) - i64::from(i32::MIN)) as u128;
+        let other = u128::from(class == 0);
+        let load = 65_535 - (load.clamp(0.0, 1.0) * 65_535.0 + 0.5) as u128;
+        let amount = if amount.is_finite() && amount > 0.0 {
+            u128::from((amount as f32).to_bits() >> 16)
+        } else {
+            0
+        };
+        let recent = u128::from((u64::MAX >> 1) - last_served.min(u64::MAX >> 1));
+        Rank {
+            key: (priority << 96) | (other << 95) | (load << 79) | (amount << 63) | recent,
+            group: Reverse(group),
+        }
+    }
+
+    fn group(&self) -> u32 {
+        self.group.0
+    }
+
+    /// Everything but recency: groups of one tier are served round-robin.
+    fn tier(&self) -> u128 {
+        self.key >> 63
+    }
+}
+
+/// Candidates of the throttling-aware policy: tiers (priority, class, load, amount) from
+/// best to worst, each a round-robin queue ordered by when its groups were last served.
+/// Serving a group moves it to the back of its tier, so a poll costs O(1) plus a lookup
+/// among the few tiers (a heap over all groups would cost a cache miss per level).
+#[derive(Default)]
+struct Tiers {
+    tiers: BTreeMap<Reverse<u128>, VecDeque<(u64, u32, u32)>>,
+}
+
+impl Tiers {
+    fn push(&mut self, rank: Rank, last_served: u64, epoch: u32) {
+        let entry = (last_served, rank.group(), epoch);
+        let queue = self.tiers.entry(Reverse(rank.tier())).or_default();
+        match queue.back() {
+            Some(&(ls, g, _)) if (ls, g) > (entry.0, entry.1) => {
+                let at = queue.partition_point(|&(ls, g, _)| (ls, g) < (entry.0, entry.1));
+                queue.insert(at, entry);
+            }
+            _ => queue.push_back(entry),
+        }
+    }
+
+    /// The best entry: (tier, group, epoch).
+    fn pop(&mut self) -> Option<(u128, u32, u32)> {
+        let mut first = self.tiers.first_entry()?;
+        let (_, group, epoch) = first.get_mut().pop_front()?;
+        let tier = first.key().0;
+        if first.get().is_empty() {
+            first.remove();
+        }
+        Some((tier, group, epoch))
+    }
+}
+
+struct ScopeSlot {
+    name: Box<str>,
+    parked: BinaryHeap<(Rank, u32)>,
+    timer: Option<Timestamp>,
+    refs: u32,
+    /// More than one group has used this scope.
+    shared: bool,
+    /// The first group that used it (marked shared when a second one comes).
+    owner: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Event {
+    Timer(u32),
+    Delay(u64),
+}
+
+struct Delayed<H> {
+    group: u32,
+    priority: i32,
+    class: u8,
+    handle: H,
+}
+
+enum Candidates {
+    Ranked(Tiers),
+    Slots {
+        set: BTreeSet<(u32, Arc<str>, u32)>,
+        last: Option<Arc<str>>,
+    },
+}
+
+/// What [`Scheduler::poll`] found.
+pub(crate) enum SchedPoll<H> {
+    /// Reserved and taken out of its group.
+    Ready {
+        seq: u64,
+        handle: H,
+        group: u32,
+        permit: Permit,
+        priority: i32,
+    },
+    /// What a reserving poll at the same instant would return.
+    Peeked {
+        group: u32,
+    },
+    NotUntil(Timestamp),
+    Blocked,
+    Empty,
+}
+
+pub(crate) struct Scheduler<H> {
+    policy: Policy,
+    order: QueueOrder,
+    start_order: StartOrder,
+    groups: Vec<Group<H>>,
+    free_groups: Vec<u32>,
+    by_key: HashMap<Arc<str>, u32>,
+    scopes: Vec<ScopeSlot>,
+    scope_ids: HashMap<Box<str>, u32>,
+    free_scopes: Vec<u32>,
+    candidates: Candidates,
+    events: BinaryHeap<Reverse<(Timestamp, Event)>>,
+    delayed: HashMap<u64, Delayed<H>>,
+    tick: u64,
+    queued: usize,
+}
+
+impl<H> Scheduler<H> {
+    pub(crate) fn new(policy: Policy, order: QueueOrder, start_order: StartOrder) -> Self {
+        Scheduler {
+            policy,
+            order,
+            start_order,
+            groups: Vec::new(),
+            free_groups: Vec::new(),
+            by_key: HashMap::new(),
+            scopes: Vec::new(),
+            scope_ids: HashMap::new(),
+            free_scopes: Vec::new(),
+            candidates: match policy {
+                Policy::ThrottlingAware => Candidates::Ranked(Tiers::default()),
+                Policy::SlotAware => Candidates::Slots {
+                    set: BTreeSet::new(),
+                    last: None,
+                },
+            },
+            events: BinaryHeap::new(),
+            delayed: HashMap::new(),
+            tick: 0,
+            queued: 0,
+        }
+    }
+
+    /// Requests queued (ready or parked), not counting delayed ones.
+    pub(crate) fn queued(&self) -> usize {
+        self.queued
+    }
+
+    /// Requests held back by their own delay.
+    pub(crate) fn delayed(&self) -> usize {
+        self.delayed.len()
+    }
+
+    /// Groups in memory.
+    pub(crate) fn groups(&self) -> usize {
+        self.by_key.len()
+    }
+
+    pub(crate) fn group_key(&self, group: u32) -> &str {
+        &self.groups[group as usize].key
+    }
+
+    /// The earliest instant a timer or a delayed request is due.
+    pub(crate) fn next_event(&self) -> Option<Timestamp> {
+        self.events.peek().map(|Reverse((t, _))| *t)
+    }
+
+    /// The class of a request: 1 for start requests ordered separately.
+    fn class(&self, start: bool) -> u8 {
+        u8::from(start && self.start_order != StartOrder::Same)
+    }
+
+    fn lifo(&self, class: u8) -> bool {
+        if class == 1 {
+            self.start_order == StartOrder::Lifo
+        } else {
+            self.order == QueueOrder::Lifo
+        }
+    }
+
+    /// The group for `key`, created if needed.
+    pub(crate) fn group_for(&mut self, key: &str) -> Result<u32, InvalidGroupKey> {
+        if let Some(&g) = self.by_key.get(key) {
+            return Ok(g);
+        }
+        let uses: Vec<(&str, f64)> = if key.is_empty() {
+            Vec::new()
+        } else {
+            parse_group_key(key)?
+        };
+        let scope_ids: Box<[u32]> = uses.iter().map(|(n, _)| self.intern_scope(n)).collect();
+        let key: Arc<str> = Arc::from(key);
+        let group = Group {
+            key: key.clone(),
+            uses: uses.iter().map(|(n, a)| (Box::from(*n), *a)).collect(),
+            hints: uses.iter().map(|_| ScopeHint::default()).collect(),
+            scope_ids,
+            amount: uses.iter().map(|(_, a)| *a).sum(),
+            buckets: BTreeMap::new(),
+            len: 0,
+            delayed: 0,
+            active: 0,
+            state: GroupState::Idle,
+            epoch: 0,
+            last_served: 0,
+            load: 0.0,
+            shared: false,
+            woken_by: None,
+            live: true,
+        };
+        let g = match self.free_groups.pop() {
+            Some(g) => {
+                let epoch = self.groups[g as usize].epoch.wrapping_add(1);
+                self.groups[g as usize] = Group { epoch, ..group };
+                g
+            }
+            None => {
+                self.groups.push(group);
+                (self.groups.len() - 1) as u32
+            }
+        };
+        for i in 0..self.groups[g as usize].scope_ids.len() {
+            let s = self.groups[g as usize].scope_ids[i] as usize;
+            if self.scopes[s].shared {
+                self.groups[g as usize].shared = true;
+                let owner = self.scopes[s].owner as usize;
+                if let Some(o) = self.groups.get_mut(owner).filter(|o| o.live) {
+                    o.shared = true;
+                }
+            } else {
+                self.scopes[s].owner = g;
+            }
+        }
+        self.by_key.insert(key, g);
+        Ok(g)
+    }
+
+    fn intern_scope(&mut self, name: &str) -> u32 {
+        if let Some(&s) = self.scope_ids.get(name) {
+            self.scopes[s as usize].refs += 1;
+            self.scopes[s as usize].shared = true;
+            return s;
+        }
+        let slot = ScopeSlot {
+            name: Box::from(name),
+            parked: BinaryHeap::new(),
+            timer: None,
+            refs: 1,
+            shared: false,
+            owner: u32::MAX,
+        };
+        let s = match self.free_scopes.pop() {
+            Some(s) => {
+                self.scopes[s as usize] = slot;
+                s
+            }
+            None => {
+                self.scopes.push(slot);
+                (self.scopes.len() - 1) as u32
+            }
+        };
+        self.scope_ids.insert(Box::from(name), s);
+        s
+    }
+
+    /// Adds a queued request to `group`; `not_before` holds it aside until then.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn insert(
+        &mut self,
+        group: u32,
+        seq: u64,
+        handle: H,
+        priority: i32,
+        start: bool,
+        not_before: Option<Timestamp>,
+        now: Timestamp,
+    ) {
+        let class = self.class(start);
+        if let Some(t) = not_before.filter(|&t| t > now) {
+            self.groups[group as usize].delayed += 1;
+            self.delayed.insert(
+                seq,
+                Delayed {
+                    group,
+                    priority,
+                    class,
+                    handle,
+                },
+            );
+            self.events.push(Reverse((t, Event::Delay(seq))));
+            return;
+        }
+        self.enqueue(group, seq, handle, priority, class);
+    }
+
+    fn enqueue(&mut self, group: u32, seq: u64, handle: H, priority: i32, class: u8) {
+        let old_head = self.head_key(group);
+        let g = &mut self.groups[group as usize];
+        let bucket = g.buckets.entry((Reverse(priority), class)).or_default();
+        match bucket.back() {
+            Some(last) if last.seq > seq => {
+                let at = bucket.partition_point(|e| e.seq < seq);
+                bucket.insert(at, Entry { seq, handle });
+            }
+            _ => bucket.push_back(Entry { seq, handle }),
+        }
+        g.len += 1;
+        self.queued += 1;
+        let head_changed = self.head_key(group) != old_head;
+        match self.groups[group as usize].state {
+            GroupState::Idle => self.make_candidate(group, None),
+            // A better head raises the rank: push a fresh entry, the old one goes stale.
+            GroupState::Candidate if head_changed && self.policy == Policy::ThrottlingAware => {
+                let woken = self.groups[group as usize].woken_by;
+                self.make_candidate(group, woken);
+            }
+            GroupState::Parked(s) if head_changed => self.park(group, s),
+            _ => {}
+        }
+    }
+
+    fn head_key(&self, group: u32) -> Option<BucketKey> {
+        self.groups[group as usize]
+            .buckets
+            .first_key_value()
+            .map(|(k, _)| *k)
+    }
+
+    fn rank(&self, group: u32) -> Rank {
+        let g = &self.groups[group as usize];
+        let (priority, class) = self
+            .head_key(group)
+            .map_or((i32::MIN, 1), |(Reverse(p), c)| (p, c));
+        Rank::new(priority, class, g.load, g.amount, g.last_served, group)
+    }
+
+    fn make_candidate(&mut self, group: u32, woken_by: Option<u32>) {
+        let rank = self.rank(group);
+        let g = &mut self.groups[group as usize];
+        g.epoch = g.epoch.wrapping_add(1);
+        g.state = GroupState::Candidate;
+        g.woken_by = woken_by;
+        let epoch = g.epoch;
+        match &mut self.candidates {
+            Candidates::Ranked(tiers) => tiers.push(rank, g.last_served, epoch),
+            Candidates::Slots { set, .. } => {
+                set.insert((g.active, g.key.clone(), group));
+            }
+        }
+    }
+
+    /// Takes `group` out of the slot-aware set (the ranked heap drops stale entries lazily).
+    fn leave_candidates(&mut self, group: u32) {
+        if let Candidates::Slots { set, .. } = &mut self.candidates {
+            let g = &self.groups[group as usize];
+            set.remove(&(g.active, g.key.clone(), group));
+        }
+    }
+
+    fn park(&mut self, group: u32, scope: u32) {
+        if self.groups[group as usize].state == GroupState::Candidate {
+            self.leave_candidates(group);
+        }
+        let rank = self.rank(group);
+        let g = &mut self.groups[group as usize];
+        g.epoch = g.epoch.wrapping_add(1);
+        g.state = GroupState::Parked(scope);
+        g.woken_by = None;
+        let epoch = g.epoch;
+        self.scopes[scope as usize].parked.push((rank, epoch));
+    }
+
+    fn arm(&mut self, scope: u32, at: Timestamp) {
+        let slot = &mut self.scopes[scope as usize];
+        if slot.timer.is_none_or(|t| at < t) {
+            slot.timer = Some(at);
+            self.events.push(Reverse((at, Event::Timer(scope))));
+        }
+    }
+
+    /// The best group still parked on `scope`.
+    fn best_parked(&mut self, scope: u32) -> Option<u32> {
+        loop {
+            let &(rank, epoch) = self.scopes[scope as usize].parked.peek()?;
+            let g = &self.groups[rank.group() as usize];
+            if g.live && g.epoch == epoch && g.state == GroupState::Parked(scope) {
+                return Some(rank.group());
+            }
+            self.scopes[scope as usize].parked.pop();
+        }
+    }
+
+    /// Gives `scope`'s best parked group a chance if the scope's own gates allow a send
+    /// now; otherwise arms the scope's timer (or leaves it to a completion if it is full).
+    fn rearm(&mut self, scope: u32, throttler: &mut Throttler, now: Timestamp) {
+        let Some(best) = self.best_parked(scope) else {
+            return;
+        };
+        let g = &self.groups[best as usize];
+        let i = g.scope_ids.iter().position(|&s| s == scope).unwrap_or(0);
+        let amount = g.uses.get(i).map_or(1.0, |u| u.1);
+        let name = &self.scopes[scope as usize].name;
+        match throttler.check_scope(ScopeUse::with_amount(name, amount), now) {
+            Ok(()) => {
+                self.scopes[scope as usize].parked.pop();
+                self.make_candidate(best, Some(scope));
+            }
+            Err(NotReady::NotUntil(t)) => self.arm(scope, t),
+            Err(NotReady::Blocked) => {}
+        }
+    }
+
+    /// Releases delayed requests and fires scope timers due at `now`.
+    fn handle_events(&mut self, throttler: &mut Throttler, now: Timestamp) {
+        while let Some(&Reverse((t, event))) = self.events.peek() {
+            if t > now {
+                break;
+            }
+            self.events.pop();
+            match event {
+                Event::Delay(seq) => {
+                    if let Some(d) = self.delayed.remove(&seq) {
+                        self.groups[d.group as usize].delayed -= 1;
+                        self.enqueue(d.group, seq, d.handle, d.priority, d.class);
+                    }
+                }
+                Event::Timer(scope) => {
+                    if self.scopes[scope as usize].timer == Some(t) {
+                        self.scopes[scope as usize].timer = None;
+                        self.rearm(scope, throttler, now);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Pops the best group that is still a candidate.
+    fn pop_candidate(&mut self, throttler: &Throttler) -> Option<u32> {
+        match &mut self.candidates {
+            Candidates::Ranked(tiers) => loop {
+                let (tier, group, epoch) = tiers.pop()?;
+                let g = &mut self.groups[group as usize];
+                if !(g.live && g.epoch == epoch && g.state == GroupState::Candidate) {
+                    continue;
+                }
+                // A group sharing a scope may have been loaded by other groups since it
+                // was ranked: re-rank it lazily.
+                if g.shared {
+                    g.load = g.with_uses(|u| throttler.load(u));
+                    let (Reverse(p), c) = g
+                        .buckets
+                        .first_key_value()
+                        .map_or((Reverse(i32::MIN), 1), |(k, _)| *k);
+                    let fresh = Rank::new(p, c, g.load, g.amount, g.last_served, group);
+                    if fresh.tier() != tier {
+                        tiers.push(fresh, g.last_served, epoch);
+                        continue;
+                    }
+                }
+                return Some(group);
+            },
+            Candidates::Slots { set, last } => {
+                let first_active = set.first()?.0;
+                let after = last.as_ref().and_then(|name| {
+                    set.range((first_active, name.clone(), u32::MAX)..)
+                        .take_while(|(a, _, _)| *a == first_active)
+                        .find(|(_, n, _)| n != name)
+                        .cloned()
+                });
+                let pick = after.or_else(|| set.first().cloned())?;
+                set.remove(&pick);
+                *last = Some(pick.1.clone());
+                Some(pick.2)
+            }
+        }
+    }
+
+    /// Selects the next request. With `reserve`, takes it out of its group with a permit;
+    /// without, only shows it (`peek`): a reserving poll at the same instant returns the
+    /// same request.
+    pub(crate) fn poll(
+        &mut self,
+        throttler: &mut Throttler,
+        now: Timestamp,
+        reserve: bool,
+    ) -> SchedPoll<H> {
+        self.handle_events(throttler, now);
+        while self.queued > 0 {
+            let global_full = throttler.in_flight() >= throttler.settings().concurrent_requests;
+            let group = if global_full {
+                // Only the unthrottled lane bypasses the global cap.
+                match self.unthrottled_candidate() {
+                    Some(g) => g,
+                    None => return SchedPoll::Blocked,
+                }
+            } else {
+                match self.pop_candidate(throttler) {
+                    Some(g) => g,
+                    None => break,
+                }
+            };
+            let g = &mut self.groups[group as usize];
+            let unthrottled = g.uses.is_empty();
+            let hints = &mut g.hints;
+            let decision = with_uses(&g.uses, |uses| {
+                if reserve {
+                    let flags = RequestFlags {
+                        dont_throttle: unthrottled,
+                        dont_track: false,
+                    };
+                    throttler
+                        .try_acquire_hinted(uses, hints, flags, now)
+                        .map(Some)
+                } else if unthrottled {
+                    Ok(None)
+                } else {
+                    throttler.check(uses, now).map(|()| None)
+                }
+            });
+            match decision {
+                Ok(Some(permit)) => {
+                    let g = &mut self.groups[group as usize];
+                    g.load = throttler.permit_load(&permit);
+                    let woken_by = g.woken_by.take();
+                    let (seq, handle, priority) = self.take_head(group);
+                    if let Some(s) = woken_by {
+                        // The scope may allow more: let its next parked group try.
+                        self.rearm(s, throttler, now);
+                    }
+                    return SchedPoll::Ready {
+                        seq,
+                        handle,
+                        group,
+                        permit,
+                        priority,
+                    };
+                }
+                Ok(None) => {
+                    let woken = self.groups[group as usize].woken_by;
+                    self.make_candidate(group, woken);
+                    return SchedPoll::Peeked { group };
+                }
+                Err(NotReady::Blocked) => match self.blocking_scope(group, throttler, now) {
+                    Some(scope) => self.park_after_attempt(group, scope, throttler, now),
+                    None => {
+                        // Held by the global cap: keep its place and wait for a completion.
+                        let woken = self.groups[group as usize].woken_by;
+                        self.make_candidate(group, woken);
+                        return SchedPoll::Blocked;
+                    }
+                },
+                Err(NotReady::NotUntil(t)) => {
+                    let scope = self.binding_scope(group, t, throttler, now);
+                    self.park_after_attempt(group, scope, throttler, now);
+                    self.arm(scope, t);
+                }
+            }
+        }
+        if self.queued == 0 && self.delayed.is_empty() {
+            return SchedPoll::Empty;
+        }
+        match self.next_event() {
+            Some(t) => SchedPoll::NotUntil(t),
+            None => SchedPoll::Blocked,
+        }
+    }
+
+    fn unthrottled_candidate(&mut self) -> Option<u32> {
+        let &g = self.by_key.get("")?;
+        if self.groups[g as usize].state != GroupState::Candidate {
+            return None;
+        }
+        self.leave_candidates(g);
+        Some(g)
+    }
+
+    fn park_after_attempt(
+        &mut self,
+        group: u32,
+        scope: u32,
+        throttler: &mut Throttler,
+        now: Timestamp,
+    ) {
+        let woken_by = self.groups[group as usize].woken_by.take();
+        self.park(group, scope);
+        // The chance this group was woken for is still unused: pass it on.
+        if let Some(s) = woken_by.filter(|&s| s != scope) {
+            self.rearm(s, throttler, now);
+        }
+    }
+
+    /// The scope of `group` whose own wait ends at `t` (the latest of its scopes).
+    fn binding_scope(
+        &mut self,
+        group: u32,
+        t: Timestamp,
+        throttler: &mut Throttler,
+        now: Timestamp,
+    ) -> u32 {
+        let g = &self.groups[group as usize];
+        if g.scope_ids.len() == 1 {
+            return g.scope_ids[0];
+        }
+        let mut best = (Timestamp::ZERO, g.scope_ids[0]);
+        for (i, (name, amount)) in g.uses.iter().enumerate() {
+            if let Err(NotReady::NotUntil(u)) =
+                throttler.check_scope(ScopeUse::with_amount(name, *amount), now)
+            {
+                if u == t {
+                    return g.scope_ids[i];
+                }
+                if u > best.0 {
+                    best = (u, g.scope_ids[i]);
+                }
+            }
+        }
+        best.1
+    }
+
+    /// The scope of `group` whose concurrency is full, if any.
+    fn blocking_scope(
+        &mut self,
+        group: u32,
+        throttler: &mut Throttler,
+        now: Timestamp,
+    ) -> Option<u32> {
+        let g = &self.groups[group as usize];
+        g.uses
+            .iter()
+            .zip(g.scope_ids.iter())
+            .find_map(|((name, amount), &s)| {
+                (throttler.check_scope(ScopeUse::with_amount(name, *amount), now)
+                    == Err(NotReady::Blocked))
+                .then_some(s)
+            })
+    }
+
+    /// The head bucket of a group and whether it pops from the back.
+    fn head_bucket(&self, group: u32) -> (BucketKey, bool) {
+        let key = self.head_key(group).unwrap_or((Reverse(i32::MIN), 0));
+        (key, self.lifo(key.1))
+    }
+
+    /// The request a candidate group would hand out next.
+    pub(crate) fn peek_head(&self, group: u32) -> (u64, &H) {
+        let (key, lifo) = self.head_bucket(group);
+        let bucket = &self.groups[group as usize].buckets[&key];
+        let e = if lifo { bucket.back() } else { bucket.front() };
+        let e = e.expect("a group's buckets are never empty");
+        (e.seq, &e.handle)
+    }
+
+    /// Takes the head request out of a candidate group that just got a permit.
+    fn take_head(&mut self, group: u32) -> (u64, H, i32) {
+        self.tick += 1;
+        let tick = self.tick;
+        let (order, start_order) = (self.order, self.start_order);
+        let g = &mut self.groups[group as usize];
+        let mut head = g.buckets.first_entry().expect("a candidate has requests");
+        let key = *head.key();
+        let lifo = if key.1 == 1 {
+            start_order == StartOrder::Lifo
+        } else {
+            order == QueueOrder::Lifo
+        };
+        let bucket = head.get_mut();
+        let e = if lifo {
+            bucket.pop_back()
+        } else {
+            bucket.pop_front()
+        };
+        let e = e.expect("a group's buckets are never empty");
+        if bucket.is_empty() {
+            head.remove();
+        }
+        g.len -= 1;
+        g.active += 1;
+        g.last_served = tick;
+        self.queued -= 1;
+        if self.groups[group as usize].len > 0 {
+            self.make_candidate(group, None);
+        } else {
+            self.groups[group as usize].state = GroupState::Idle;
+        }
+        (e.seq, e.handle, key.0.0)
+    }
+
+    /// A leased request of `group` ended (completed or put back), leaving its busiest
+    /// scope at `load`: its scopes may let parked groups through.
+    pub(crate) fn lease_ended(
+        &mut self,
+        group: u32,
+        load: Option<f64>,
+        throttler: &mut Throttler,
+        now: Timestamp,
+    ) {
+        let candidate = self.groups[group as usize].state == GroupState::Candidate;
+        if candidate && self.policy == Policy::SlotAware {
+            self.leave_candidates(group);
+        }
+        let g = &mut self.groups[group as usize];
+        g.active = g.active.saturating_sub(1);
+        let load = load.unwrap_or(g.load);
+        let reload = load != g.load;
+        g.load = load;
+        // The slot-aware order depends on `active`; the ranked one on load.
+        if candidate && (self.policy == Policy::SlotAware || reload) {
+            let woken = g.woken_by;
+            self.make_candidate(group, woken);
+        }
+        for i in 0..self.groups[group as usize].scope_ids.len() {
+            let s = self.groups[group as usize].scope_ids[i];
+            self.rearm(s, throttler, now);
+        }
+        self.collect(group);
+    }
+
+    /// Something changed for the better on `scope` (configuration, quota): look again.
+    pub(crate) fn scope_changed(&mut self, scope: &str, throttler: &mut Throttler, now: Timestamp) {
+        if let Some(&s) = self.scope_ids.get(scope) {
+            self.rearm(s, throttler, now);
+        }
+    }
+
+    /// Drops a group that holds nothing any more.
+    fn collect(&mut self, group: u32) {
+        let g = &self.groups[group as usize];
+        if !g.live || g.len > 0 || g.delayed > 0 || g.active > 0 || g.state != GroupState::Idle {
+            return;
+        }
+        let key = g.key.clone();
+        self.by_key.remove(&key);
+        let g = &mut self.groups[group as usize];
+        g.live = false;
+        g.epoch = g.epoch.wrapping_add(1);
+        g.buckets = BTreeMap::new();
+        g.uses = Box::new([]);
+        g.hints = Box::new([]);
+        let scopes = core::mem::take(&mut g.scope_ids);
+        self.free_groups.push(group);
+        for &s in scopes.iter() {
+            let slot = &mut self.scopes[s as usize];
+            slot.refs -= 1;
+            if slot.refs == 0 {
+                self.scope_ids.remove(&slot.name);
+                *slot = ScopeSlot {
+                    name: Box::from(""),
+                    parked: BinaryHeap::new(),
+                    timer: None,
+                    refs: 0,
+                    shared: false,
+                    owner: u32::MAX,
+                };
+                self.free_scopes.push(s);
+            }
+        }
+    }
+}

@@ -1,0 +1,386 @@
+//! Where queued requests live: the synchronous [`Store`] trait and two in-memory stores.
+//!
+//! The frontier keeps the scheduling index in memory (per queued request: its sequence
+//! number and a store [`Handle`](Store::Handle)) and hands the store everything that must
+//! outlive the process: the encoded request, the fields needed to rebuild the index
+//! ([`EntryMeta`]), the fingerprint marked seen in the same step, callback names, lease
+//! marks, acknowledgements and, optionally, throttle scope states.
+//!
+//! On (re)opening, [`Store::recover`] replays all of it into a [`RecoveryVisitor`]:
+//! entries still in the store are queued again (leased ones are redelivered), which is
+//! what makes delivery at-least-once.
+
+use alloc::boxed::Box;
+use alloc::collections::BTreeMap;
+use alloc::vec::Vec;
+use core::fmt;
+
+use throttle_core::{ScopeSnapshot, Timestamp};
+
+use crate::fingerprint::Fingerprint;
+
+/// What the frontier needs to know about a queued request to schedule it, without
+/// reading its payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EntryMeta<'a> {
+    /// The scope group (canonical scope set with amounts).
+    pub group: &'a str,
+    /// Effective priority (after `depth_priority`).
+    pub priority: i32,
+    /// Ordered as a start request.
+    pub start: bool,
+    /// Not before this instant (a per-request delay, already converted once).
+    pub not_before: Option<Timestamp>,
+}
+
+/// Receives what a store holds when it is (re)opened.
+pub trait RecoveryVisitor<H> {
+    /// A callback name used by records.
+    fn callback(&mut self, id: u32, name: &str);
+    /// A fingerprint marked seen.
+    fn fingerprint(&mut self, fingerprint: &Fingerprint);
+    /// A request still in the store; `leased` if it was handed out and never
+    /// acknowledged. Stores yield entries in increasing `seq` order.
+    fn entry(&mut self, seq: u64, meta: EntryMeta<'_>, handle: H, leased: bool);
+    /// A saved throttle scope state.
+    fn scope_state(&mut self, snapshot: ScopeSnapshot);
+    /// Sequence numbers below this were used before (the store's high-water mark).
+    fn next_seq(&mut self, next: u64);
+}
+
+/// Durable (or not) storage of a frontier's requests.
+///
+/// Calls are synchronous; async runtimes run them off the executor. Every method that
+/// changes state is durable according to the store's own durability policy;
+/// [`flush`](Store::flush) makes everything durable now.
+pub trait Store {
+    /// What the frontier keeps in memory per queued request to find it again (a file
+    /// offset, nothing at all, or the payload itself for a store that persists nothing).
+    type Handle;
+    /// The store's error (naming the file and offset, the table, ...).
+    type Error: core::error::Error + 'static;
+
+    /// A short name for stats (`memory`, `fs`, `sqlite`, ...).
+    fn kind(&self) -> &'static str;
+
+    /// Replays everything the store holds. Called once, when a frontier opens the store.
+    fn recover(
+        &mut self,
+        visitor: &mut dyn RecoveryVisitor<Self::Handle>,
+    ) -> Result<(), Self::Error>;
+
+    /// Persists a callback name before the first record that uses it.
+    fn put_callback(&mut self, id: u32, name: &str) -> Result<(), Self::Error>;
+
+    /// Adds a queued request and, in the same step, marks its fingerprint seen.
+    fn push(
+        &mut self,
+        seq: u64,
+        meta: &EntryMeta<'_>,
+        payload: &[u8],
+        fingerprint: Option<&Fingerprint>,
+    ) -> Result<Self::Handle, Self::Error>;
+
+    /// The payload of a queued or leased request: read into `buf` (and returned from
+    /// it), or borrowed from where the store keeps it.
+    fn load<'a>(
+        &'a mut self,
+        seq: u64,
+        handle: &'a Self::Handle,
+        buf: &'a mut Vec<u8>,
+    ) -> Result<&'a [u8], Self::Error>;
+
+    /// Marks a request as handed out.
+    fn lease(&mut self, seq: u64, handle: &Self::Handle) -> Result<(), Self::Error>;
+
+    /// Removes an acknowledged request.
+    fn ack(&mut self, seq: u64, handle: Self::Handle) -> Result<(), Self::Error>;
+
+    /// Puts a leased request back in the queue as `new_seq` with new metadata (a retry).
+    fn requeue(
+        &mut self,
+        seq: u64,
+        handle: Self::Handle,
+        new_seq: u64,
+        meta: &EntryMeta<'_>,
+    ) -> Result<Self::Handle, Self::Error>;
+
+    /// Marks fingerprints seen without queueing anything (importing `requests.seen`).
+    fn add_fingerprints(&mut self, fingerprints: &[Fingerprint]) -> Result<(), Self::Error>;
+
+    /// Replaces the saved throttle scope states.
+    fn save_scope_states(&mut self, states: &[ScopeSnapshot]) -> Result<(), Self::Error>;
+
+    /// Makes everything done so far durable.
+    fn flush(&mut self) -> Result<(), Self::Error>;
+}
+
+/// Errors of the in-memory stores.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MemoryStoreError {
+    /// No queued or leased request has this sequence number.
+    UnknownSeq(u64),
+    /// A request with this sequence number is already stored.
+    DuplicateSeq(u64),
+}
+
+impl fmt::Display for MemoryStoreError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MemoryStoreError::UnknownSeq(s) => write!(f, "memory store: no request #{s}"),
+            MemoryStoreError::DuplicateSeq(s) => {
+                write!(f, "memory store: request #{s} already stored")
+            }
+        }
+    }
+}
+
+impl core::error::Error for MemoryStoreError {}
+
+/// A store that persists nothing: payloads live in the frontier's index and are gone
+/// with it. The leanest choice for a crawl that does not need to resume.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct VolatileStore;
+
+impl Store for VolatileStore {
+    type Handle = Box<[u8]>;
+    type Error = MemoryStoreError;
+
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+    fn recover(&mut self, _: &mut dyn RecoveryVisitor<Box<[u8]>>) -> Result<(), MemoryStoreError> {
+        Ok(())
+    }
+    fn put_callback(&mut self, _: u32, _: &str) -> Result<(), MemoryStoreError> {
+        Ok(())
+    }
+    fn push(
+        &mut self,
+        _: u64,
+        _: &EntryMeta<'_>,
+        payload: &[u8],
+        _: Option<&Fingerprint>,
+    ) -> Result<Box<[u8]>, MemoryStoreError> {
+        Ok(Box::from(payload))
+    }
+    fn load<'a>(
+        &'a mut self,
+        _: u64,
+        handle: &'a Box<[u8]>,
+        _: &'a mut Vec<u8>,
+    ) -> Result<&'a [u8], MemoryStoreError> {
+        Ok(handle)
+    }
+    fn lease(&mut self, _: u64, _: &Box<[u8]>) -> Result<(), MemoryStoreError> {
+        Ok(())
+    }
+    fn ack(&mut self, _: u64, _: Box<[u8]>) -> Result<(), MemoryStoreError> {
+        Ok(())
+    }
+    fn requeue(
+        &mut self,
+        _: u64,
+        handle: Box<[u8]>,
+        _: u64,
+        _: &EntryMeta<'_>,
+    ) -> Result<Box<[u8]>, MemoryStoreError> {
+        Ok(handle)
+    }
+    fn add_fingerprints(&mut self, _: &[Fingerprint]) -> Result<(), MemoryStoreError> {
+        Ok(())
+    }
+    fn save_scope_states(&mut self, _: &[ScopeSnapshot]) -> Result<(), MemoryStoreError> {
+        Ok(())
+    }
+    fn flush(&mut self) -> Result<(), MemoryStoreError> {
+        Ok(())
+    }
+}
+
+#[derive(Clone, Debug)]
+struct MemoryEntry {
+    group: Box<str>,
+    priority: i32,
+    start: bool,
+    not_before: Option<Timestamp>,
+    leased: bool,
+    payload: Box<[u8]>,
+}
+
+/// The reference store: keeps everything in memory and replays it when a frontier is
+/// reopened on it (see [`Frontier::into_store`](crate::Frontier::into_store)). Every
+/// operation is immediately "durable". Used by the conformance suite as the model the
+/// persistent stores must match.
+#[derive(Clone, Debug, Default)]
+pub struct MemoryStore {
+    entries: BTreeMap<u64, MemoryEntry>,
+    callbacks: BTreeMap<u32, Box<str>>,
+    fingerprints: Vec<Fingerprint>,
+    scope_states: Vec<ScopeSnapshot>,
+    next_seq: u64,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Queued and leased requests held.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no request is held.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Fingerprints marked seen.
+    pub fn seen(&self) -> usize {
+        self.fingerprints.len()
+    }
+
+    /// Replaces the payload of a stored request (tests use it to simulate corruption).
+    pub fn overwrite_payload(&mut self, seq: u64, payload: &[u8]) -> Result<(), MemoryStoreError> {
+        let e = self
+            .entries
+            .get_mut(&seq)
+            .ok_or(MemoryStoreError::UnknownSeq(seq))?;
+        e.payload = Box::from(payload);
+        Ok(())
+    }
+
+    fn entry(&mut self, seq: u64) -> Result<&mut MemoryEntry, MemoryStoreError> {
+        self.entries
+            .get_mut(&seq)
+            .ok_or(MemoryStoreError::UnknownSeq(seq))
+    }
+}
+
+impl Store for MemoryStore {
+    type Handle = ();
+    type Error = MemoryStoreError;
+
+    fn kind(&self) -> &'static str {
+        "memory"
+    }
+
+    fn recover(&mut self, v: &mut dyn RecoveryVisitor<()>) -> Result<(), MemoryStoreError> {
+        for (id, name) in &self.callbacks {
+            v.callback(*id, name);
+        }
+        for fp in &self.fingerprints {
+            v.fingerprint(fp);
+        }
+        for s in &self.scope_states {
+            v.scope_state(s.clone());
+        }
+        for (&seq, e) in &mut self.entries {
+            let meta = EntryMeta {
+                group: &e.group,
+                priority: e.priority,
+                start: e.start,
+                not_before: e.not_before,
+            };
+            v.entry(seq, meta, (), e.leased);
+            e.leased = false;
+        }
+        v.next_seq(self.next_seq);
+        Ok(())
+    }
+
+    fn put_callback(&mut self, id: u32, name: &str) -> Result<(), MemoryStoreError> {
+        self.callbacks.insert(id, Box::from(name));
+        Ok(())
+    }
+
+    fn push(
+        &mut self,
+        seq: u64,
+        meta: &EntryMeta<'_>,
+        payload: &[u8],
+        fingerprint: Option<&Fingerprint>,
+    ) -> Result<(), MemoryStoreError> {
+        if self.entries.contains_key(&seq) {
+            return Err(MemoryStoreError::DuplicateSeq(seq));
+        }
+        self.entries.insert(
+            seq,
+            MemoryEntry {
+                group: Box::from(meta.group),
+                priority: meta.priority,
+                start: meta.start,
+                not_before: meta.not_before,
+                leased: false,
+                payload: Box::from(payload),
+            },
+        );
+        if let Some(fp) = fingerprint {
+            self.fingerprints.push(*fp);
+        }
+        self.next_seq = self.next_seq.max(seq + 1);
+        Ok(())
+    }
+
+    fn load<'a>(
+        &'a mut self,
+        seq: u64,
+        _: &'a (),
+        _: &'a mut Vec<u8>,
+    ) -> Result<&'a [u8], MemoryStoreError> {
+        Ok(&self.entry(seq)?.payload)
+    }
+
+    fn lease(&mut self, seq: u64, _: &()) -> Result<(), MemoryStoreError> {
+        self.entry(seq)?.leased = true;
+        Ok(())
+    }
+
+    fn ack(&mut self, seq: u64, _: ()) -> Result<(), MemoryStoreError> {
+        self.entries
+            .remove(&seq)
+            .map(|_| ())
+            .ok_or(MemoryStoreError::UnknownSeq(seq))
+    }
+
+    fn requeue(
+        &mut self,
+        seq: u64,
+        _: (),
+        new_seq: u64,
+        meta: &EntryMeta<'_>,
+    ) -> Result<(), MemoryStoreError> {
+        if seq != new_seq && self.entries.contains_key(&new_seq) {
+            return Err(MemoryStoreError::DuplicateSeq(new_seq));
+        }
+        let mut e = self
+            .entries
+            .remove(&seq)
+            .ok_or(MemoryStoreError::UnknownSeq(seq))?;
+        e.group = Box::from(meta.group);
+        e.priority = meta.priority;
+        e.start = meta.start;
+        e.not_before = meta.not_before;
+        e.leased = false;
+        self.entries.insert(new_seq, e);
+        self.next_seq = self.next_seq.max(new_seq + 1);
+        Ok(())
+    }
+
+    fn add_fingerprints(&mut self, fingerprints: &[Fingerprint]) -> Result<(), MemoryStoreError> {
+        self.fingerprints.extend_from_slice(fingerprints);
+        Ok(())
+    }
+
+    fn save_scope_states(&mut self, states: &[ScopeSnapshot]) -> Result<(), MemoryStoreError> {
+        self.scope_states = states.to_vec();
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<(), MemoryStoreError> {
+        Ok(())
+    }
+}

@@ -1,0 +1,24 @@
+//! The store conformance suite against the in-memory reference store.
+
+use frontier_core::MemoryStore;
+use frontier_core::conformance::Harness;
+
+struct Memory;
+
+impl Harness for Memory {
+    type Store = MemoryStore;
+
+    fn create(&mut self) -> MemoryStore {
+        MemoryStore::new()
+    }
+
+    fn reopen(&mut self, store: MemoryStore) -> MemoryStore {
+        store
+    }
+
+    fn corrupt_payload(&mut self, store: &mut MemoryStore, seq: u64) -> bool {
+        store.overwrite_payload(seq, &[1, 0xff, 0xff]).is_ok()
+    }
+}
+
+frontier_core::store_conformance_tests!(Memory);

@@ -1,0 +1,582 @@
+//! The frontier's behaviour through its public API: ordering rules, throttling-aware
+//! scheduling, per-request delays, leases, policies and stats.
+
+use std::time::Duration;
+
+use frontier_core::{
+    Frontier, FrontierConfig, LeaseId, MemoryStore, Policy, Poll, PushOutcome, Request,
+    VolatileStore,
+};
+use throttle_core::{Outcome, QueueOrder, ScopeConfig, Settings, StartOrder, Timestamp};
+
+type F = Frontier<VolatileStore>;
+
+fn at(secs: f64) -> Timestamp {
+    Timestamp::from_secs_f64(secs)
+}
+
+/// Settings where throttling never gets in the way.
+fn open_settings() -> Settings {
+    let mut s = Settings::default().without_jitter();
+    s.concurrent_requests = 100_000;
+    s.concurrent_requests_per_domain = 0;
+    s.throttling_scope_concurrency = 0;
+    s
+}
+
+fn frontier(settings: Settings) -> F {
+    Frontier::in_memory(settings, Timestamp::ZERO).unwrap()
+}
+
+fn push(f: &mut F, req: Request) -> LeaseId {
+    match f.push(&req, Timestamp::ZERO).unwrap() {
+        PushOutcome::Queued(id) => id,
+        other => panic!("{} not queued: {other:?}", req.url),
+    }
+}
+
+/// Polls and completes everything that is ready now; returns the URLs in order.
+fn drain(f: &mut F, now: Timestamp) -> Vec<String> {
+    let mut out = vec![];
+    while let Poll::Ready(lease) = f.poll(now).unwrap() {
+        out.push(lease.request.url.to_string());
+        f.complete(lease.id(), &Outcome::status(200), now).unwrap();
+    }
+    out
+}
+
+fn url(i: usize) -> String {
+    format!("https://example.com/{i}")
+}
+
+// ---------------------------------------------------------------------------- order
+
+#[test]
+fn higher_priority_first_lifo_within_a_priority() {
+    let mut f = frontier(open_settings());
+    for (i, p) in [0, 5, 0, -3, 5, 0].into_iter().enumerate() {
+        push(&mut f, Request::get(url(i)).priority(p));
+    }
+    assert_eq!(
+        drain(&mut f, at(0.0)),
+        [url(4), url(1), url(5), url(2), url(0), url(3)]
+    );
+}
+
+#[test]
+fn fifo_order_when_configured() {
+    let mut s = open_settings();
+    s.scheduler_order = QueueOrder::Fifo;
+    let mut f = frontier(s);
+    for i in 0..5 {
+        push(&mut f, Request::get(url(i)));
+    }
+    assert_eq!(drain(&mut f, at(0.0)), (0..5).map(url).collect::<Vec<_>>());
+}
+
+#[test]
+fn start_requests_fifo_and_after_discovered_ones() {
+    let mut f = frontier(open_settings());
+    push(&mut f, Request::get(url(0)).start());
+    push(&mut f, Request::get(url(1)).start());
+    push(&mut f, Request::get(url(2)));
+    push(&mut f, Request::get(url(3)));
+    push(&mut f, Request::get(url(4)).start().priority(1));
+    // Priority first; at equal priority discovered (LIFO) before start requests (FIFO).
+    assert_eq!(
+        drain(&mut f, at(0.0)),
+        [url(4), url(3), url(2), url(0), url(1)]
+    );
+}
+
+#[test]
+fn start_order_lifo_and_same() {
+    let mut s = open_settings();
+    s.start_order = StartOrder::Lifo;
+    let mut f = frontier(s);
+    for i in 0..3 {
+        push(&mut f, Request::get(url(i)).start());
+    }
+    assert_eq!(drain(&mut f, at(0.0)), [url(2), url(1), url(0)]);
+
+    let mut s = open_settings();
+    s.start_order = StartOrder::Same;
+    s.scheduler_order = QueueOrder::Fifo;
+    let mut f = frontier(s);
+    push(&mut f, Request::get(url(0)).start());
+    push(&mut f, Request::get(url(1)));
+    push(&mut f, Request::get(url(2)).start());
+    assert_eq!(
+        drain(&mut f, at(0.0)),
+        [url(0), url(1), url(2)],
+        "one FIFO order"
+    );
+}
+
+#[test]
+fn identical_requests_keep_their_sequence_order() {
+    let mut s = open_settings();
+    s.scheduler_order = QueueOrder::Fifo;
+    let mut f = frontier(s);
+    let a = push(&mut f, Request::get(url(0)).callback("a").dont_filter());
+    let b = push(&mut f, Request::get(url(0)).callback("a").dont_filter());
+    assert!(a < b);
+    let Poll::Ready(first) = f.poll(at(0.0)).unwrap() else {
+        panic!()
+    };
+    let Poll::Ready(second) = f.poll(at(0.0)).unwrap() else {
+        panic!()
+    };
+    assert_eq!(
+        (first.id(), second.id()),
+        (a, b),
+        "duplicates by payload never collapse"
+    );
+}
+
+#[test]
+fn depth_priority_makes_breadth_first_and_depth_limit_drops() {
+    let mut s = open_settings();
+    s.depth_priority = 1;
+    s.scheduler_order = QueueOrder::Fifo;
+    s.depth_limit = 2;
+    let mut f = frontier(s);
+    push(&mut f, Request::get(url(0)).depth(2));
+    push(&mut f, Request::get(url(1)).depth(1));
+    push(&mut f, Request::get(url(2)).depth(0));
+    assert_eq!(
+        f.push(&Request::get(url(3)).depth(3), at(0.0)).unwrap(),
+        PushOutcome::TooDeep
+    );
+    assert_eq!(drain(&mut f, at(0.0)), [url(2), url(1), url(0)]);
+    let stats = f.stats();
+    assert_eq!((stats.depth_ignored, stats.depth_max), (1, 2));
+}
+
+#[test]
+fn duplicates_are_dropped_and_counted_unless_dont_filter() {
+    let mut f = frontier(open_settings());
+    push(&mut f, Request::get("https://example.com/a?x=1&y=2"));
+    assert_eq!(
+        f.push(&Request::get("https://example.com/a?y=2&x=1#frag"), at(0.0))
+            .unwrap(),
+        PushOutcome::Duplicate
+    );
+    push(
+        &mut f,
+        Request::get("https://example.com/a?x=1&y=2").dont_filter(),
+    );
+    push(
+        &mut f,
+        Request::get("https://example.com/a?x=1&y=2").body(b"other".to_vec()),
+    );
+    assert_eq!(f.stats().filtered, 1);
+    assert_eq!(f.len(), 3);
+}
+
+#[test]
+fn peek_always_shows_what_poll_returns() {
+    let mut s = open_settings();
+    s.concurrent_requests_per_domain = 1;
+    let mut f = frontier(s.with_scope("slow.com", ScopeConfig::new().delay(3.0)));
+    for i in 0..20 {
+        let host = ["a.com", "b.com", "slow.com"][i % 3];
+        push(
+            &mut f,
+            Request::get(format!("https://{host}/{i}")).priority((i % 4) as i32),
+        );
+    }
+    let mut now = at(0.0);
+    let mut leases = vec![];
+    for _ in 0..200 {
+        let peeked = f.peek(now).unwrap();
+        match f.poll(now).unwrap() {
+            Poll::Ready(lease) => {
+                assert_eq!(peeked.as_ref(), Some(&lease.request));
+                leases.push(lease.id());
+            }
+            _ => {
+                assert_eq!(peeked, None);
+                for id in leases.drain(..) {
+                    f.complete(id, &Outcome::status(200), now).unwrap();
+                }
+                now += Duration::from_millis(500);
+            }
+        }
+    }
+    assert!(f.is_empty());
+}
+
+// ----------------------------------------------------------- throttling-aware scheduling
+
+#[test]
+fn a_slow_scope_never_holds_up_a_fast_one() {
+    let settings = Settings::default()
+        .without_jitter()
+        .with_scope("slow.example.com", ScopeConfig::new().delay(100.0));
+    let mut f = frontier(settings);
+    for i in 0..3 {
+        push(
+            &mut f,
+            Request::get(format!("https://slow.example.com/{i}")).priority(10),
+        );
+    }
+    for i in 0..50 {
+        push(
+            &mut f,
+            Request::get(format!("https://fast.example.com/{i}")),
+        );
+    }
+    // One slow request goes (it is first by priority), then all fast ones at once.
+    let sent = drain(&mut f, at(0.0));
+    assert_eq!(sent.len(), 51);
+    assert!(sent[0].contains("slow"));
+    assert!(sent[1..].iter().all(|u| u.contains("fast")));
+    // The poll reports exactly when the slow host may send again.
+    assert_eq!(f.poll(at(1.0)).unwrap(), Poll::NotUntil(at(100.0)));
+    assert_eq!(f.poll_timeout(), Some(at(100.0)));
+    assert_eq!(drain(&mut f, at(99.9)).len(), 0);
+    assert_eq!(drain(&mut f, at(100.0)).len(), 1);
+    assert_eq!(f.poll(at(100.0)).unwrap(), Poll::NotUntil(at(200.0)));
+}
+
+#[test]
+fn blocked_until_a_completion_and_empty_when_done() {
+    let mut s = Settings::default().without_jitter();
+    s.concurrent_requests_per_domain = 2;
+    let mut f = frontier(s);
+    for i in 0..3 {
+        push(&mut f, Request::get(url(i)));
+    }
+    let Poll::Ready(a) = f.poll(at(0.0)).unwrap() else {
+        panic!()
+    };
+    let Poll::Ready(_b) = f.poll(at(0.0)).unwrap() else {
+        panic!()
+    };
+    assert_eq!(f.poll(at(0.0)).unwrap(), Poll::Blocked);
+    assert_eq!(f.poll_timeout(), None);
+    assert!(f.complete(a.id(), &Outcome::status(200), at(1.0)).unwrap());
+    assert!(
+        !f.complete(a.id(), &Outcome::status(200), at(1.0)).unwrap(),
+        "idempotent"
+    );
+    let Poll::Ready(_c) = f.poll(at(1.0)).unwrap() else {
+        panic!()
+    };
+    assert_eq!(f.poll(at(1.0)).unwrap(), Poll::Empty);
+    assert_eq!(f.in_flight(), 2);
+}
+
+#[test]
+fn the_global_cap_blocks_all_but_dont_throttle() {
+    let mut s = open_settings();
+    s.concurrent_requests = 2;
+    let mut f = frontier(s);
+    for i in 0..4 {
+        push(&mut f, Request::get(format!("https://h{i}.com/")));
+    }
+    push(
+        &mut f,
+        Request::get("https://free.com/")
+            .dont_throttle()
+            .priority(-10),
+    );
+    let Poll::Ready(_) = f.poll(at(0.0)).unwrap() else {
+        panic!()
+    };
+    let Poll::Ready(_) = f.poll(at(0.0)).unwrap() else {
+        panic!()
+    };
+    let Poll::Ready(free) = f.poll(at(0.0)).unwrap() else {
+        panic!("dont_throttle bypasses the cap")
+    };
+    assert_eq!(&*free.request.url, "https://free.com/");
+    assert_eq!(f.poll(at(0.0)).unwrap(), Poll::Blocked);
+}
+
+#[test]
+fn backoff_from_a_completion_delays_only_that_scope() {
+    let mut f = frontier(Settings::default().without_jitter());
+    push(&mut f, Request::get("https://a.com/1"));
+    push(&mut f, Request::get("https://a.com/2"));
+    push(&mut f, Request::get("https://b.com/1"));
+    let Poll::Ready(first) = f.poll(at(0.0)).unwrap() else {
+        panic!()
+    };
+    assert!(
+        first.request.url.contains("a.com"),
+        "equal ranks: the older group first"
+    );
+    let limited = Outcome::response(429, [("Retry-After", "30")], None);
+    f.complete(first.id(), &limited, at(0.5)).unwrap();
+    let sent = drain(&mut f, at(0.5));
+    assert_eq!(sent, ["https://b.com/1"]);
+    assert_eq!(f.poll(at(0.5)).unwrap(), Poll::NotUntil(at(30.5)));
+    assert_eq!(drain(&mut f, at(30.5)), ["https://a.com/1"]);
+}
+
+#[test]
+fn equal_priority_prefers_lower_load_then_round_robin() {
+    let mut s = Settings::default().without_jitter();
+    s.concurrent_requests = 1000;
+    let mut f = frontier(
+        s.with_scope("busy.com", ScopeConfig::new().concurrency(4))
+            .with_scope("idle.com", ScopeConfig::new().concurrency(4)),
+    );
+    for i in 0..4 {
+        push(&mut f, Request::get(format!("https://busy.com/{i}")));
+        push(&mut f, Request::get(format!("https://idle.com/{i}")));
+    }
+    // Interleaved: after each send the other group has the lower load.
+    let mut hosts = vec![];
+    let mut leases = vec![];
+    while let Poll::Ready(l) = f.poll(at(0.0)).unwrap() {
+        hosts.push(if l.request.url.contains("busy") {
+            'b'
+        } else {
+            'i'
+        });
+        leases.push(l);
+    }
+    assert_eq!(hosts.len(), 8);
+    for pair in hosts.chunks(2) {
+        assert_ne!(pair[0], pair[1], "{hosts:?}");
+    }
+}
+
+#[test]
+fn equal_priority_and_load_prefers_the_larger_quota_amount() {
+    let mut f = frontier(
+        open_settings().with_scope("cost", ScopeConfig::new().concurrency(0).quota(1000.0)),
+    );
+    push(
+        &mut f,
+        Request::get("https://api.com/small").scope_amount("cost", 1.0),
+    );
+    push(
+        &mut f,
+        Request::get("https://api.com/large").scope_amount("cost", 9.0),
+    );
+    push(
+        &mut f,
+        Request::get("https://api.com/medium").scope_amount("cost", 4.0),
+    );
+    assert_eq!(
+        drain(&mut f, at(0.0)),
+        [
+            "https://api.com/large",
+            "https://api.com/medium",
+            "https://api.com/small"
+        ]
+    );
+}
+
+#[test]
+fn a_shared_scope_admits_its_groups_one_at_a_time() {
+    // 200 hosts all behind one API scope with a 1 s delay: each second one request goes,
+    // and every poll is answered without waking all 200 groups.
+    let mut s = Settings::default().without_jitter();
+    s.concurrent_requests = 1000;
+    let mut f = frontier(s.with_scope("api", ScopeConfig::new().concurrency(0).delay(1.0)));
+    for i in 0..200 {
+        push(
+            &mut f,
+            Request::get(format!("https://h{i}.example.com/"))
+                .scope("api")
+                .scope(format!("h{i}.example.com")),
+        );
+    }
+    for second in 0..200 {
+        let now = at(second as f64);
+        assert_eq!(drain(&mut f, now).len(), 1, "second {second}");
+        if second < 199 {
+            assert_eq!(
+                f.poll(now).unwrap(),
+                Poll::NotUntil(at(second as f64 + 1.0))
+            );
+        }
+    }
+    assert!(f.is_empty());
+}
+
+#[test]
+fn a_concurrency_limited_shared_scope_hands_slots_over() {
+    let mut s = Settings::default().without_jitter();
+    s.concurrent_requests = 1000;
+    let mut f = frontier(s.with_scope("api", ScopeConfig::new().concurrency(3)));
+    for i in 0..30 {
+        push(
+            &mut f,
+            Request::get(format!("https://h{i}.example.com/")).scope("api"),
+        );
+    }
+    let mut done = 0;
+    let mut leases: Vec<_> = std::iter::from_fn(|| match f.poll(at(0.0)).unwrap() {
+        Poll::Ready(l) => Some(l),
+        _ => None,
+    })
+    .collect();
+    assert_eq!(leases.len(), 3);
+    while let Some(l) = leases.pop() {
+        f.complete(l.id(), &Outcome::status(200), at(1.0)).unwrap();
+        done += 1;
+        if let Poll::Ready(next) = f.poll(at(1.0)).unwrap() {
+            leases.push(next);
+        }
+        assert!(leases.len() <= 3);
+    }
+    assert_eq!(done, 30);
+}
+
+// ------------------------------------------------------------------- per-request delay
+
+#[test]
+fn a_delayed_request_waits_aside_and_keeps_its_place_afterwards() {
+    let mut s = open_settings();
+    s.scheduler_order = QueueOrder::Fifo;
+    let mut f = frontier(s);
+    push(&mut f, Request::get(url(0)).delay(5.0));
+    push(&mut f, Request::get(url(1)));
+    assert_eq!(
+        drain(&mut f, at(0.0)),
+        [url(1)],
+        "the delay does not block its group"
+    );
+    assert_eq!(f.poll(at(1.0)).unwrap(), Poll::NotUntil(at(5.0)));
+    assert_eq!(f.len(), 1);
+    push(&mut f, Request::get(url(2)));
+    push(&mut f, Request::get(url(3)));
+    assert_eq!(drain(&mut f, at(4.0)), [url(2), url(3)]);
+    push(&mut f, Request::get(url(4)));
+    // From 5 s on it competes normally, at its sequence position: FIFO puts it (pushed
+    // first) before url(4).
+    assert_eq!(drain(&mut f, at(5.0)), [url(0), url(4)]);
+    assert!(
+        f.push(&Request::get(url(9)).delay(f64::NAN), at(0.0))
+            .is_err()
+    );
+}
+
+// ------------------------------------------------------------------------- leases
+
+#[test]
+fn retry_puts_a_lease_back_with_its_priority_adjusted() {
+    let mut f = frontier(open_settings());
+    push(&mut f, Request::get(url(0)).priority(3));
+    push(&mut f, Request::get(url(1)).priority(2));
+    let Poll::Ready(l) = f.poll(at(0.0)).unwrap() else {
+        panic!()
+    };
+    assert_eq!(&*l.request.url, url(0));
+    assert!(
+        f.retry(l.id(), &Outcome::error("timeout"), -2, at(0.0))
+            .unwrap()
+    );
+    assert!(
+        !f.retry(l.id(), &Outcome::error("timeout"), -2, at(0.0))
+            .unwrap()
+    );
+    // The timeout backed example.com off (1 s spacing while at level 1); then url(1)
+    // (priority 2) before url(0) (now 1).
+    assert_eq!(f.poll(at(0.0)).unwrap(), Poll::NotUntil(at(1.0)));
+    assert_eq!(drain(&mut f, at(1.0)), [url(1)]);
+    assert_eq!(drain(&mut f, at(2.0)), [url(0)]);
+    let st = f.stats();
+    assert_eq!((st.retried, st.enqueued, st.acked), (1, 3, 2));
+}
+
+#[test]
+fn dont_track_outcomes_never_back_off() {
+    let mut f = frontier(Settings::default().without_jitter());
+    push(&mut f, Request::get(url(1)));
+    push(&mut f, Request::get(url(0)).dont_track());
+    let Poll::Ready(l) = f.poll(at(0.0)).unwrap() else {
+        panic!()
+    };
+    assert!(l.request.dont_track);
+    f.complete(l.id(), &Outcome::status(429), at(0.0)).unwrap();
+    assert_eq!(
+        drain(&mut f, at(0.0)).len(),
+        1,
+        "no backoff from a dont_track request"
+    );
+}
+
+#[test]
+fn stats_use_scrapys_names() {
+    let mut f = Frontier::open(
+        open_settings(),
+        FrontierConfig::default(),
+        MemoryStore::new(),
+        Timestamp::ZERO,
+    )
+    .unwrap();
+    f.push(&Request::get(url(0)), at(0.0)).unwrap();
+    f.push(&Request::get(url(0)), at(0.0)).unwrap();
+    let Poll::Ready(l) = f.poll(at(0.0)).unwrap() else {
+        panic!()
+    };
+    f.complete(l.id(), &Outcome::status(200), at(0.0)).unwrap();
+    let named = f.stats().named();
+    for (name, value) in [
+        ("scheduler/enqueued", 1),
+        ("scheduler/enqueued/memory", 1),
+        ("scheduler/dequeued", 1),
+        ("dupefilter/filtered", 1),
+        ("scheduler/leased", 1),
+        ("scheduler/acked", 1),
+        ("scheduler/redelivered", 0),
+    ] {
+        assert!(
+            named.contains(&(name.to_string(), value)),
+            "{name} in {named:?}"
+        );
+    }
+}
+
+// ------------------------------------------------------------------------- policies
+
+#[test]
+fn slot_aware_policy_prefers_idle_slots_round_robin_by_name() {
+    let config = FrontierConfig {
+        policy: Policy::SlotAware,
+        ..FrontierConfig::default()
+    };
+    let mut f = Frontier::open(open_settings(), config, VolatileStore, Timestamp::ZERO).unwrap();
+    for host in ["c.com", "a.com", "b.com"] {
+        for i in 0..3 {
+            f.push(
+                &Request::get(format!("https://{host}/{i}")).priority(i),
+                at(0.0),
+            )
+            .unwrap();
+        }
+    }
+    // All idle: round-robin by name, each slot's best priority first.
+    let mut order = vec![];
+    for _ in 0..3 {
+        let Poll::Ready(l) = f.poll(at(0.0)).unwrap() else {
+            panic!()
+        };
+        order.push(l.request.url.to_string());
+        f.complete(l.id(), &Outcome::status(200), at(0.0)).unwrap();
+    }
+    assert_eq!(
+        order,
+        ["https://a.com/2", "https://b.com/2", "https://c.com/2"]
+    );
+    // With a.com busy (one in flight), the idle slots go first.
+    let Poll::Ready(busy) = f.poll(at(0.0)).unwrap() else {
+        panic!()
+    };
+    assert_eq!(&*busy.request.url, "https://a.com/1");
+    let Poll::Ready(next) = f.poll(at(0.0)).unwrap() else {
+        panic!()
+    };
+    assert_eq!(&*next.request.url, "https://b.com/1");
+    let Poll::Ready(next) = f.poll(at(0.0)).unwrap() else {
+        panic!()
+    };
+    assert_eq!(&*next.request.url, "https://c.com/1");
+}
