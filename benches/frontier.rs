@@ -7,9 +7,14 @@
 //!   queueing. Building the `Request` values is excluded, as in the peer script.
 //! - `push_1m_no_dupefilter`: the same without the duplicate filter (what Scrapy's
 //!   priority queues alone do).
-//! - `poll_complete_1m`: polling all 1,000,000 back (throttling-aware scheduling, a
-//!   throttler permit per request, decoding) and completing each lease.
-//! - `poll_complete_1m_slot_aware`: the same with the slot-aware policy.
+//! - `poll_1m`: polling all 1,000,000 back: throttling-aware scheduling, a throttler
+//!   permit per request, decoding into a `Request`, a lease (what Scrapy's `pop` does is
+//!   only the first part).
+//! - `poll_1m_slot_aware`: the same with the slot-aware policy (Scrapy's default order).
+//! - `poll_complete_1m`: polling and completing each lease (the throttler gets the
+//!   outcome; the store forgets the request).
+//! - `poll_complete_1m_one_group`: the same with every request in one scope group (the
+//!   shape of a plain priority queue: no rotation among hosts).
 //! - `fingerprint`: Scrapy-compatible request fingerprints per second.
 
 use std::hint::black_box;
@@ -30,6 +35,7 @@ fn settings() -> Settings {
     let mut s = Settings::default().without_jitter();
     s.concurrent_requests = u32::MAX;
     s.concurrent_requests_per_domain = 0;
+    s.throttling_scope_concurrency = 0;
     s
 }
 
@@ -50,6 +56,7 @@ fn push_all(f: &mut Frontier<VolatileStore>, reqs: &[Request]) {
 
 fn frontier(c: &mut Criterion) {
     let reqs = peer_requests(N, HOSTS);
+    let one_group: Vec<Request> = reqs.iter().map(|r| r.clone().scope("all")).collect();
     let mut group = c.benchmark_group("frontier_1m_10k_hosts");
     group.sample_size(10);
     group.throughput(Throughput::Elements(N as u64));
@@ -73,27 +80,37 @@ fn frontier(c: &mut Criterion) {
         });
     }
 
-    for (name, policy) in [
-        ("poll_complete_1m", Policy::ThrottlingAware),
-        ("poll_complete_1m_slot_aware", Policy::SlotAware),
+    for (name, policy, complete, reqs) in [
+        ("poll_1m", Policy::ThrottlingAware, false, &reqs),
+        ("poll_1m_slot_aware", Policy::SlotAware, false, &reqs),
+        ("poll_complete_1m", Policy::ThrottlingAware, true, &reqs),
+        (
+            "poll_complete_1m_one_group",
+            Policy::ThrottlingAware,
+            true,
+            &one_group,
+        ),
     ] {
         group.bench_function(BenchmarkId::new("frontier-core", name), |b| {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
                     let mut f = open(policy, DupeFilterConfig::Disabled);
-                    push_all(&mut f, &reqs);
+                    push_all(&mut f, reqs);
                     let ok = Outcome::status(200);
                     let now = Timestamp::ZERO;
+                    let mut leases = Vec::with_capacity(if complete { 0 } else { N });
                     let t0 = Instant::now();
-                    let mut n = 0;
                     while let Poll::Ready(lease) = f.poll(now).unwrap() {
-                        black_box(&lease.request.url);
-                        f.complete(lease.id(), &ok, now).unwrap();
-                        n += 1;
+                        if complete {
+                            f.complete(lease.id(), &ok, now).unwrap();
+                        } else {
+                            leases.push(lease);
+                        }
                     }
                     total += t0.elapsed();
-                    assert_eq!(n, N);
+                    assert_eq!(f.in_flight() + f.stats().acked as usize, N);
+                    black_box(leases);
                 }
                 total
             })

@@ -158,12 +158,18 @@ impl Rank {
 #[derive(Default)]
 struct Tiers {
     tiers: BTreeMap<Reverse<u128>, VecDeque<(u64, u32, u32)>>,
+    /// Emptied queues kept for reuse: groups move between tiers all the time.
+    spare: Vec<VecDeque<(u64, u32, u32)>>,
 }
 
 impl Tiers {
     fn push(&mut self, rank: Rank, last_served: u64, epoch: u32) {
         let entry = (last_served, rank.group(), epoch);
-        let queue = self.tiers.entry(Reverse(rank.tier())).or_default();
+        let spare = &mut self.spare;
+        let queue = self
+            .tiers
+            .entry(Reverse(rank.tier()))
+            .or_insert_with(|| spare.pop().unwrap_or_default());
         match queue.back() {
             Some(&(ls, g, _)) if (ls, g) > (entry.0, entry.1) => {
                 let at = queue.partition_point(|&(ls, g, _)| (ls, g) < (entry.0, entry.1));
@@ -179,7 +185,7 @@ impl Tiers {
         let (_, group, epoch) = first.get_mut().pop_front()?;
         let tier = first.key().0;
         if first.get().is_empty() {
-            first.remove();
+            self.spare.push(first.remove());
         }
         Some((tier, group, epoch))
     }
@@ -244,6 +250,9 @@ pub(crate) struct Scheduler<H> {
     free_groups: Vec<u32>,
     by_key: HashMap<Arc<str>, u32>,
     scopes: Vec<ScopeSlot>,
+    /// Entries (live or stale) in each scope's parked heap, kept apart from the scope
+    /// slots so a completion can skip scopes nobody waits on without touching them.
+    parked_len: Vec<u32>,
     scope_ids: HashMap<Box<str>, u32>,
     free_scopes: Vec<u32>,
     candidates: Candidates,
@@ -263,6 +272,7 @@ impl<H> Scheduler<H> {
             free_groups: Vec::new(),
             by_key: HashMap::new(),
             scopes: Vec::new(),
+            parked_len: Vec::new(),
             scope_ids: HashMap::new(),
             free_scopes: Vec::new(),
             candidates: match policy {
@@ -394,6 +404,7 @@ impl<H> Scheduler<H> {
             }
             None => {
                 self.scopes.push(slot);
+                self.parked_len.push(0);
                 (self.scopes.len() - 1) as u32
             }
         };
@@ -506,6 +517,7 @@ impl<H> Scheduler<H> {
         g.woken_by = None;
         let epoch = g.epoch;
         self.scopes[scope as usize].parked.push((rank, epoch));
+        self.parked_len[scope as usize] += 1;
     }
 
     fn arm(&mut self, scope: u32, at: Timestamp) {
@@ -525,12 +537,16 @@ impl<H> Scheduler<H> {
                 return Some(rank.group());
             }
             self.scopes[scope as usize].parked.pop();
+            self.parked_len[scope as usize] -= 1;
         }
     }
 
     /// Gives `scope`'s best parked group a chance if the scope's own gates allow a send
     /// now; otherwise arms the scope's timer (or leaves it to a completion if it is full).
     fn rearm(&mut self, scope: u32, throttler: &mut Throttler, now: Timestamp) {
+        if self.parked_len[scope as usize] == 0 {
+            return;
+        }
         let Some(best) = self.best_parked(scope) else {
             return;
         };
@@ -541,6 +557,7 @@ impl<H> Scheduler<H> {
         match throttler.check_scope(ScopeUse::with_amount(name, amount), now) {
             Ok(()) => {
                 self.scopes[scope as usize].parked.pop();
+                self.parked_len[scope as usize] -= 1;
                 self.make_candidate(best, Some(scope));
             }
             Err(NotReady::NotUntil(t)) => self.arm(scope, t),
@@ -881,6 +898,7 @@ impl<H> Scheduler<H> {
             slot.refs -= 1;
             if slot.refs == 0 {
                 self.scope_ids.remove(&slot.name);
+                self.parked_len[s as usize] = 0;
                 *slot = ScopeSlot {
                     name: Box::from(""),
                     parked: BinaryHeap::new(),
