@@ -76,4 +76,6 @@ pub use group::{InvalidGroupKey, InvalidRequest, group_key, host_scope, parse_gr
 pub use request::{Extras, Method, Request, ScopeAmount};
 pub use scheduler::Policy;
 pub use stats::FrontierStats;
-pub use store::{EntryMeta, MemoryStore, MemoryStoreError, RecoveryVisitor, Store, VolatileStore};
+pub use store::{
+    Durability, EntryMeta, MemoryStore, MemoryStoreError, RecoveryVisitor, Store, VolatileStore,
+};

@@ -19,6 +19,34 @@ use throttle_core::{ScopeSnapshot, Timestamp};
 
 use crate::fingerprint::Fingerprint;
 
+/// When a persistent store makes its changes durable (survive `kill -9` and power loss).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// Every operation is durable when it returns (an fsync or commit per operation).
+    EveryOp,
+    /// Group commit: durable after `max_ops` operations or `max_delay`, whichever comes
+    /// first, and on [`Store::flush`]. Operations in between may be lost by a crash;
+    /// at-least-once delivery still holds for what was durable.
+    Batched {
+        /// Operations per commit.
+        max_ops: u32,
+        /// Longest time an operation waits to become durable.
+        max_delay: core::time::Duration,
+    },
+    /// Only [`Store::flush`] (and a clean close) makes anything durable.
+    OnClose,
+}
+
+impl Default for Durability {
+    /// Group commit every 1,000 operations or 100 ms.
+    fn default() -> Self {
+        Durability::Batched {
+            max_ops: 1000,
+            max_delay: core::time::Duration::from_millis(100),
+        }
+    }
+}
+
 /// What the frontier needs to know about a queued request to schedule it, without
 /// reading its payload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
