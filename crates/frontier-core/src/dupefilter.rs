@@ -7,6 +7,9 @@
 //! - Bloom: a bit array sized for an expected number of URLs and a false-positive rate
 //!   (about 1.2 bytes per URL at 1%); it may drop a never-seen request with that
 //!   probability, never keeps a duplicate.
+//!
+//! Both look only at a fingerprint's first 64 bits ([`Fingerprint::prefix64`]), so stores
+//! persist just those.
 
 use alloc::vec;
 use alloc::vec::Vec;
@@ -269,10 +272,16 @@ impl BloomFilter {
         self.bits.capacity() * 8
     }
 
+    /// Bit positions for a fingerprint: enhanced double hashing from its first 64 bits
+    /// (the second hash is a mix of the first), so stores need to keep only 8 bytes.
     fn positions(&self, fp: &Fingerprint) -> impl Iterator<Item = u64> + '_ {
-        let d = &fp.0;
-        let mut h1 = u64::from_be_bytes([d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7]]);
-        let mut h2 = u64::from_be_bytes([d[8], d[9], d[10], d[11], d[12], d[13], d[14], d[15]]);
+        let mut h1 = fp.prefix64();
+        let mut h2 = {
+            let mut z = h1 ^ 0x9E37_79B9_7F4A_7C15;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            (z ^ (z >> 31)) | 1
+        };
         let m = self.m;
         (0..u64::from(self.k)).map(move |i| {
             let pos = ((u128::from(h1) * u128::from(m)) >> 64) as u64;

@@ -65,7 +65,9 @@ pub struct EntryMeta<'a> {
 pub trait RecoveryVisitor<H> {
     /// A callback name used by records.
     fn callback(&mut self, id: u32, name: &str);
-    /// A fingerprint marked seen.
+    /// A fingerprint marked seen. Duplicate filters use only its first 64 bits
+    /// ([`Fingerprint::prefix64`]): a store may persist just those and give the rest back
+    /// zeroed.
     fn fingerprint(&mut self, fingerprint: &Fingerprint);
     /// A request still in the store; `leased` if it was handed out and never
     /// acknowledged. Stores yield entries in increasing `seq` order.
