@@ -1,0 +1,503 @@
+//! The driver: a frontier shared by many tasks, with store I/O off the executor.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use event_listener::{Event, listener};
+use frontier_core::{Frontier, FrontierError, Lease, LeaseId, Poll, PushOutcome, Request, Store};
+use throttle_core::{CrawlDelayDecision, Outcome, QuotaReconcile, Timestamp};
+
+use crate::clock::Clock;
+use crate::turn::Turn;
+
+/// Why a driver operation failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum DriverError<E> {
+    /// The frontier (or its store) failed.
+    Frontier(FrontierError<E>),
+    /// The driver was shut down.
+    Closed,
+    /// A blocking store call panicked or was cancelled.
+    Blocking(String),
+}
+
+impl<E: std::fmt::Display> std::fmt::Display for DriverError<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DriverError::Frontier(e) => e.fmt(f),
+            DriverError::Closed => f.write_str("the frontier driver was shut down"),
+            DriverError::Blocking(e) => write!(f, "a store call failed to complete: {e}"),
+        }
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for DriverError<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            DriverError::Frontier(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl<E> From<FrontierError<E>> for DriverError<E> {
+    fn from(e: FrontierError<E>) -> Self {
+        DriverError::Frontier(e)
+    }
+}
+
+struct Inner<S: Store> {
+    frontier: Mutex<Option<Frontier<S>>>,
+    /// Notified when anything happens that may let a request go sooner: a push, a
+    /// completion, a retry, a configuration change.
+    changed: Event,
+    /// First come, first served among tasks waiting in `next`.
+    turn: Turn,
+    clock: Clock,
+}
+
+/// A frontier driven on async-io: cloneable handles for many tasks, `next` that sleeps
+/// exactly until something can be sent, store I/O on the blocking thread pool.
+///
+/// A store call runs to completion even if the future awaiting it is dropped (as with
+/// tokio's `spawn_blocking`), and a push, completion or retry wakes the tasks waiting in
+/// [`next`](Self::next) as soon as it is done, whether or not its caller still waits.
+///
+/// ```
+/// use frontier_core::{Frontier, Request};
+/// use runtime_async_std::{Clock, Driver};
+/// use throttle_core::{Outcome, ScopeConfig, Settings, Timestamp};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let (clock, time) = Clock::manual(Timestamp::ZERO);
+/// time.block_on(async {
+///     let settings = Settings::default()
+///         .without_jitter()
+///         .with_scope("example.com", ScopeConfig::new().delay(10.0));
+///     let driver = Driver::new(Frontier::in_memory(settings, clock.now())?, clock);
+///     driver.push(Request::get("https://example.com/a")).await?;
+///     driver.push(Request::get("https://example.com/b")).await?;
+///
+///     let first = driver.next().await.unwrap()?;
+///     driver.complete(first.id(), Outcome::status(200)).await?;
+///     let second = driver.next().await.unwrap()?;          // sleeps exactly 10 s
+///     assert_eq!(driver.now(), Timestamp::from_secs(10));
+///     driver.complete(second.id(), Outcome::status(200)).await?;
+///     assert!(driver.next().await.is_none());               // empty, nothing in flight
+///     Ok(())
+/// })
+/// # }
+/// ```
+pub struct Driver<S: Store> {
+    inner: Arc<Inner<S>>,
+}
+
+impl<S: Store> Clone for Driver<S> {
+    fn clone(&self) -> Self {
+        Driver {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<S: Store> std::fmt::Debug for Driver<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver").finish_non_exhaustive()
+    }
+}
+
+impl<S> Driver<S>
+where
+    S: Store + Send + 'static,
+    S::Handle: Send,
+    S::Error: Send + 'static,
+{
+    /// Drives `frontier` with `clock` (the clock the frontier was opened with).
+    pub fn new(frontier: Frontier<S>, clock: Clock) -> Self {
+        Driver {
+            inner: Arc::new(Inner {
+                frontier: Mutex::new(Some(frontier)),
+                changed: Event::new(),
+                turn: Turn::default(),
+                clock,
+            }),
+        }
+    }
+
+    /// The current time on the driver's clock.
+    pub fn now(&self) -> Timestamp {
+        self.inner.clock.now()
+    }
+
+    /// The driver's clock.
+    pub fn clock(&self) -> Clock {
+        self.inner.clock
+    }
+
+    /// Runs `op` on the frontier: on the blocking thread pool for stores whose calls
+    /// block on I/O (so they never stall the executor), inline for in-memory stores.
+    async fn blocking<R, F>(&self, op: F) -> Result<R, DriverError<S::Error>>
+    where
+        F: FnOnce(&mut Frontier<S>, Timestamp) -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        self.run(op, false).await
+    }
+
+    /// [`blocking`](Self::blocking) for an `op` that may let a request go sooner: tasks
+    /// waiting in `next` look again. They are told as soon as `op` is done, even if the
+    /// caller stopped waiting for it meanwhile (the call still runs to completion).
+    async fn blocking_change<R, F>(&self, op: F) -> Result<R, DriverError<S::Error>>
+    where
+        F: FnOnce(&mut Frontier<S>, Timestamp) -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        self.run(op, true).await
+    }
+
+    async fn run<R, F>(&self, op: F, changes: bool) -> Result<R, DriverError<S::Error>>
+    where
+        F: FnOnce(&mut Frontier<S>, Timestamp) -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        let inner = self.inner.clone();
+        let run = move || {
+            let now = inner.clock.now();
+            let out = lock(&inner.frontier).as_mut().map(|f| op(f, now));
+            if changes {
+                inner.changed.notify(usize::MAX);
+            }
+            out
+        };
+        let out = if S::BLOCKING {
+            self.inner
+                .clock
+                .unblock_catching(run)
+                .await
+                .map_err(|panic| DriverError::Blocking(panic_message(&*panic)))?
+        } else {
+            run()
+        };
+        out.ok_or(DriverError::Closed)
+    }
+
+    /// Queues a request.
+    pub async fn push(&self, request: Request) -> Result<PushOutcome, DriverError<S::Error>> {
+        let out = self
+            .blocking_change(move |f, now| f.push(&request, now))
+            .await??;
+        Ok(out)
+    }
+
+    /// Queues many requests in one store round trip.
+    pub async fn push_all(
+        &self,
+        requests: Vec<Request>,
+    ) -> Result<Vec<PushOutcome>, DriverError<S::Error>> {
+        let out = self
+            .blocking_change(move |f, now| {
+                requests
+                    .iter()
+                    .map(|r| f.push(r, now))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .await??;
+        Ok(out)
+    }
+
+    /// The next request that may be sent now, waiting as long as needed: exactly until
+    /// the next scope or delayed request allows it, or less if a completion frees a scope
+    /// first. `None` when nothing is queued and nothing is in flight. Tasks calling it
+    /// concurrently are served first come, first served.
+    pub async fn next(&self) -> Option<Result<Lease, DriverError<S::Error>>> {
+        let _turn = self.inner.turn.lock().await;
+        loop {
+            // Listen before looking, so a change made meanwhile is not missed.
+            listener!(self.inner.changed => changed);
+            let polled = self.blocking(|f, now| (f.poll(now), f.in_flight())).await;
+            let (poll, in_flight) = match polled {
+                Ok(p) => p,
+                Err(DriverError::Closed) => return None,
+                Err(e) => return Some(Err(e)),
+            };
+            match poll {
+                Err(e) => return Some(Err(e.into())),
+                Ok(Poll::Ready(lease)) => return Some(Ok(lease)),
+                Ok(Poll::Empty) if in_flight == 0 => return None,
+                Ok(Poll::NotUntil(t)) => {
+                    futures_lite::future::or(self.inner.clock.sleep_until(t), changed).await;
+                }
+                Ok(Poll::Blocked | Poll::Empty) => changed.await,
+            }
+        }
+    }
+
+    /// The leases as a stream (see [`next`](Self::next)).
+    pub fn leases(&self) -> Leases<S> {
+        Leases {
+            driver: self.clone(),
+            pending: None,
+        }
+    }
+
+    /// Acknowledges a lease with how it ended (feeding backoff). `false` if it was
+    /// already ended.
+    pub async fn complete(
+        &self,
+        lease: LeaseId,
+        outcome: Outcome<'static>,
+    ) -> Result<bool, DriverError<S::Error>> {
+        let done = self
+            .blocking_change(move |f, now| f.complete(lease, &outcome, now))
+            .await??;
+        Ok(done)
+    }
+
+    /// Puts a lease back with its priority adjusted (after its outcome fed backoff).
+    pub async fn retry(
+        &self,
+        lease: LeaseId,
+        outcome: Outcome<'static>,
+        priority_adjust: i32,
+    ) -> Result<bool, DriverError<S::Error>> {
+        let done = self
+            .blocking_change(move |f, now| f.retry(lease, &outcome, priority_adjust, now))
+            .await??;
+        Ok(done)
+    }
+
+    /// Reports a robots.txt Crawl-delay for a scope.
+    pub async fn handle_crawl_delay(
+        &self,
+        scope: String,
+        secs: f64,
+    ) -> Result<CrawlDelayDecision, DriverError<S::Error>> {
+        let out = self
+            .blocking_change(move |f, now| f.handle_crawl_delay(&scope, secs, now))
+            .await??;
+        Ok(out)
+    }
+
+    /// Holds back a scope (a soft block seen in a page).
+    pub async fn delay_scope(&self, scope: String, secs: f64) -> Result<(), DriverError<S::Error>> {
+        self.blocking(move |f, now| f.delay_scope(&scope, secs, now))
+            .await??;
+        Ok(())
+    }
+
+    /// Corrects a scope's quota consumption.
+    pub async fn reconcile_quota(
+        &self,
+        scope: String,
+        how: QuotaReconcile,
+    ) -> Result<(), DriverError<S::Error>> {
+        self.blocking_change(move |f, now| f.reconcile_quota(&scope, how, now))
+            .await??;
+        Ok(())
+    }
+
+    /// Runs `read` on the frontier (stats, throttler state, ...), off the executor.
+    pub async fn inspect<R, F>(&self, read: F) -> Result<R, DriverError<S::Error>>
+    where
+        F: FnOnce(&Frontier<S>) -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        self.blocking(move |f, _| read(f)).await
+    }
+
+    /// Makes everything durable now.
+    pub async fn flush(&self) -> Result<(), DriverError<S::Error>> {
+        self.blocking(|f, _| f.flush()).await??;
+        Ok(())
+    }
+
+    /// Flushes every `every` (on the driver's clock) until the driver is shut down (group
+    /// commit's time bound while the crawl is idle). Spawn it on your executor:
+    /// `smol::spawn(driver.clone().flush_every(..)).detach()`, or
+    /// `async_std::task::spawn(..)`.
+    pub async fn flush_every(self, every: Duration) {
+        loop {
+            self.inner.clock.sleep(every).await;
+            if self.flush().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Stops the driver: flushes the store and hands it back. Leases still out are not
+    /// acknowledged; a frontier reopened on the store delivers them again. Other handles
+    /// get [`DriverError::Closed`], and their `next` ends.
+    pub async fn shutdown(&self) -> Result<S, DriverError<S::Error>> {
+        let inner = self.inner.clone();
+        let store = self
+            .inner
+            .clock
+            .unblock_catching(move || {
+                let frontier = lock(&inner.frontier).take();
+                let store = frontier.map(Frontier::into_store);
+                // Tasks waiting in `next` see the driver closed.
+                inner.changed.notify(usize::MAX);
+                store
+            })
+            .await
+            .map_err(|panic| DriverError::Blocking(panic_message(&*panic)))?
+            .ok_or(DriverError::Closed)??;
+        Ok(store)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic inside a store call must not wedge every other task.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// What a panic said, for [`DriverError::Blocking`].
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    let said = panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str));
+    match said {
+        Some(msg) => format!("the store call panicked: {msg}"),
+        None => "the store call panicked".to_owned(),
+    }
+}
+
+type NextFuture<S> = std::pin::Pin<
+    Box<
+        dyn std::future::Future<Output = Option<Result<Lease, DriverError<<S as Store>::Error>>>>
+            + Send,
+    >,
+>;
+
+/// The stream of [`Driver::leases`].
+pub struct Leases<S: Store> {
+    driver: Driver<S>,
+    pending: Option<NextFuture<S>>,
+}
+
+impl<S: Store> std::fmt::Debug for Leases<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leases")
+            .field("waiting", &self.pending.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S> futures_core::Stream for Leases<S>
+where
+    S: Store + Send + 'static,
+    S::Handle: Send,
+    S::Error: Send + 'static,
+{
+    type Item = Result<Lease, DriverError<S::Error>>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        let fut = this.pending.get_or_insert_with(|| {
+            let driver = this.driver.clone();
+            Box::pin(async move { driver.next().await })
+        });
+        match fut.as_mut().poll(cx) {
+            std::task::Poll::Ready(item) => {
+                this.pending = None;
+                std::task::Poll::Ready(item)
+            }
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use frontier_core::{Frontier, Request};
+    use futures_lite::{StreamExt, future};
+    use throttle_core::{Outcome, ScopeConfig, Settings, Timestamp};
+
+    use super::*;
+
+    #[test]
+    fn concurrent_callers_of_next_are_served_in_arrival_order() {
+        let (clock, time) = Clock::manual(Timestamp::ZERO);
+        let settings = Settings::default()
+            .without_jitter()
+            .with_scope("a.com", ScopeConfig::new().delay(1.0));
+        let d = Driver::new(Frontier::in_memory(settings, clock.now()).unwrap(), clock);
+        let served = RefCell::new(Vec::new());
+        let worker = |name: &'static str| {
+            let (d, served) = (d.clone(), &served);
+            async move {
+                while let Some(l) = d.next().await {
+                    served.borrow_mut().push((name, d.now()));
+                    d.complete(l.unwrap().id(), Outcome::status(200))
+                        .await
+                        .unwrap();
+                }
+            }
+        };
+        time.block_on(async {
+            for i in 0..6 {
+                d.push(Request::get(format!("https://a.com/{i}")))
+                    .await
+                    .unwrap();
+            }
+            future::zip(worker("x"), future::zip(worker("y"), worker("z"))).await;
+        });
+        // `x` is polled first and takes the first lease (and its next turn) before `y`
+        // and `z` arrive; from then on each comes back behind the other two.
+        let secs = Timestamp::from_secs;
+        assert_eq!(
+            *served.borrow(),
+            [
+                ("x", secs(0)),
+                ("x", secs(1)),
+                ("y", secs(2)),
+                ("z", secs(3)),
+                ("x", secs(4)),
+                ("y", secs(5))
+            ]
+        );
+    }
+
+    #[test]
+    fn the_lease_stream_and_periodic_flushes_end_with_the_driver() {
+        let (clock, time) = Clock::manual(Timestamp::ZERO);
+        let d = Driver::new(
+            Frontier::in_memory(Settings::default(), clock.now()).unwrap(),
+            clock,
+        );
+        time.block_on(async {
+            d.push_all(vec![
+                Request::get("https://a.com/"),
+                Request::get("https://b.com/"),
+            ])
+            .await
+            .unwrap();
+            let flusher = d.clone().flush_every(Duration::from_secs(5));
+            let crawl = async {
+                let mut leases = d.leases();
+                let mut n = 0;
+                while let Some(l) = leases.next().await {
+                    d.complete(l.unwrap().id(), Outcome::status(200))
+                        .await
+                        .unwrap();
+                    n += 1;
+                }
+                clock.sleep(Duration::from_secs(12)).await;
+                let _store = d.shutdown().await.unwrap();
+                n
+            };
+            let ((), n) = future::zip(flusher, crawl).await;
+            assert_eq!(n, 2);
+        });
+        // The flusher noticed the shutdown at its next tick.
+        assert_eq!(clock.now(), Timestamp::from_secs(15));
+        assert!(matches!(time.block_on(d.flush()), Err(DriverError::Closed)));
+    }
+}

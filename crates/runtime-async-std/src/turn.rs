@@ -1,0 +1,172 @@
+//! Turns taken first come, first served: the queue of tasks waiting in `Driver::next`.
+//!
+//! async-lock's mutex is only eventually fair (a task that unlocks and locks again can
+//! overtake the waiters), so the driver queues its callers here: a lock that is handed
+//! straight to the longest waiter on release.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
+
+/// A first come, first served async lock without data.
+#[derive(Debug, Default)]
+pub(crate) struct Turn {
+    state: Mutex<TurnState>,
+}
+
+#[derive(Debug, Default)]
+struct TurnState {
+    held: bool,
+    /// Waiters in arrival order.
+    queue: VecDeque<(u64, Waker)>,
+    /// The waiter the turn was handed to, until it notices.
+    granted: Option<u64>,
+    next_id: u64,
+}
+
+impl Turn {
+    fn state(&self) -> MutexGuard<'_, TurnState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits for the turn; it passes on when the guard is dropped.
+    pub(crate) fn lock(&self) -> TakeTurn<'_> {
+        TakeTurn {
+            turn: self,
+            queued: None,
+            done: false,
+        }
+    }
+
+    /// Hands the turn to the longest waiter, or frees it.
+    fn pass(&self) {
+        let next = {
+            let mut st = self.state();
+            match st.queue.pop_front() {
+                Some((id, waker)) => {
+                    st.granted = Some(id);
+                    Some(waker)
+                }
+                None => {
+                    st.held = false;
+                    None
+                }
+            }
+        };
+        if let Some(waker) = next {
+            waker.wake();
+        }
+    }
+}
+
+/// The future of [`Turn::lock`].
+pub(crate) struct TakeTurn<'a> {
+    turn: &'a Turn,
+    queued: Option<u64>,
+    done: bool,
+}
+
+impl<'a> Future for TakeTurn<'a> {
+    type Output = TurnGuard<'a>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<TurnGuard<'a>> {
+        let this = &mut *self;
+        assert!(!this.done, "TakeTurn polled after completion");
+        let mut st = this.turn.state();
+        match this.queued {
+            None if !st.held => st.held = true,
+            None => {
+                let id = st.next_id;
+                st.next_id += 1;
+                st.queue.push_back((id, cx.waker().clone()));
+                this.queued = Some(id);
+                return Poll::Pending;
+            }
+            Some(id) if st.granted == Some(id) => st.granted = None,
+            Some(id) => {
+                if let Some((_, w)) = st.queue.iter_mut().find(|(i, _)| *i == id) {
+                    w.clone_from(cx.waker());
+                }
+                return Poll::Pending;
+            }
+        }
+        this.done = true;
+        this.queued = None;
+        Poll::Ready(TurnGuard { turn: this.turn })
+    }
+}
+
+impl Drop for TakeTurn<'_> {
+    fn drop(&mut self) {
+        let Some(id) = self.queued else { return };
+        let mut st = self.turn.state();
+        if st.granted == Some(id) {
+            // Handed the turn but gone before taking it: pass it on.
+            st.granted = None;
+            drop(st);
+            self.turn.pass();
+        } else {
+            st.queue.retain(|(i, _)| *i != id);
+        }
+    }
+}
+
+/// Holds the turn until dropped.
+pub(crate) struct TurnGuard<'a> {
+    turn: &'a Turn,
+}
+
+impl Drop for TurnGuard<'_> {
+    fn drop(&mut self) {
+        self.turn.pass();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use futures_lite::future;
+
+    use super::*;
+
+    #[test]
+    fn turns_go_in_arrival_order_even_to_a_task_that_comes_back() {
+        let turn = Turn::default();
+        let order = RefCell::new(Vec::new());
+        let task = |name: &'static str, rounds: usize| {
+            let (turn, order) = (&turn, &order);
+            async move {
+                for _ in 0..rounds {
+                    let _t = turn.lock().await;
+                    order.borrow_mut().push(name);
+                    future::yield_now().await;
+                }
+            }
+        };
+        future::block_on(future::zip(
+            task("a", 3),
+            future::zip(task("b", 3), task("c", 3)),
+        ));
+        assert_eq!(
+            *order.borrow(),
+            ["a", "b", "c", "a", "b", "c", "a", "b", "c"]
+        );
+    }
+
+    #[test]
+    fn a_waiter_that_leaves_does_not_keep_the_turn() {
+        let turn = Turn::default();
+        let first = future::block_on(turn.lock());
+        let mut second = Box::pin(turn.lock());
+        let mut third = Box::pin(turn.lock());
+        assert!(future::block_on(future::poll_once(second.as_mut())).is_none());
+        assert!(future::block_on(future::poll_once(third.as_mut())).is_none());
+        drop(first); // handed to `second`...
+        drop(second); // ...which leaves before noticing: `third` gets it
+        let _third = future::block_on(third);
+        assert!(future::block_on(future::poll_once(turn.lock())).is_none());
+    }
+}
