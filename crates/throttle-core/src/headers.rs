@@ -100,14 +100,24 @@ fn retry_after_secs(value: &[u8], wall_clock: Option<Timestamp>) -> Option<f64> 
         return Some(digits_value(v));
     }
     let date = parse_http_date(v)?;
-    let wall = wall_clock?;
-    Some(date as f64 - wall.as_secs_f64())
+    Some(secs_until(date as f64, wall_clock?))
+}
+
+/// Seconds from `wall` to the Unix time `unix_secs`. The wall clock's whole seconds and
+/// its fraction are subtracted separately: as one `f64`, a Unix time of today has only
+/// about 0.2 µs of resolution, which would end a wait slightly before the instant the
+/// server named.
+fn secs_until(unix_secs: f64, wall: Timestamp) -> f64 {
+    let nanos = wall.as_nanos();
+    let whole = (nanos / 1_000_000_000) as f64;
+    let frac = (nanos % 1_000_000_000) as f64 / 1e9;
+    (unix_secs - whole) - frac
 }
 
 fn x_ratelimit_reset_secs(value: &[u8], wall_clock: Option<Timestamp>) -> Option<f64> {
     let v = decimal_seconds(value)?;
     if v > EPOCH_THRESHOLD {
-        Some(v - wall_clock?.as_secs_f64())
+        Some(secs_until(v, wall_clock?))
     } else {
         Some(v)
     }
@@ -420,6 +430,26 @@ mod tests {
         assert_eq!(
             header_delay([("Retry-After", "Sun, 06 Nov 1994 08:50:07 GMT")], None),
             None
+        );
+    }
+
+    #[test]
+    fn absolute_times_keep_the_wall_clock_fraction_exact() {
+        // 2025-01-01 00:00:38.4 UTC: as one f64 this Unix time is off by ~0.1 µs, which
+        // used to end the wait 95 ns before 00:01:30.
+        let wall = Some(Timestamp::from_nanos(1_735_689_638_400_000_000));
+        let wait = Duration::from_millis(51_600);
+        assert_eq!(
+            header_delay([("Retry-After", "Wed, 01 Jan 2025 00:01:30 GMT")], wall),
+            Some(wait)
+        );
+        assert_eq!(
+            header_delay([("X-RateLimit-Reset", "1735689690")], wall),
+            Some(wait)
+        );
+        assert_eq!(
+            header_delay([("X-RateLimit-Reset", "1735689690.25")], wall),
+            Some(Duration::from_millis(51_850))
         );
     }
 
