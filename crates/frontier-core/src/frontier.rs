@@ -539,12 +539,37 @@ impl<S: Store> Frontier<S> {
         let Some(rec) = self.leases.remove(&lease.0) else {
             return Ok(false);
         };
+        // Releasing the lease frees its group when nothing else is queued or in flight
+        // there: keep the key and look the group up again (recreating it if needed).
+        let mut key = core::mem::take(&mut self.key);
+        key.clear();
+        key.push_str(self.scheduler.group_key(rec.group));
         self.release(&rec, outcome, now);
+        let result = self.requeue(lease, rec, &key, priority_adjust, now);
+        self.key = key;
+        result?;
+        Ok(true)
+    }
+
+    /// The second half of [`retry`](Self::retry): queue the request again in the group
+    /// of `key`.
+    fn requeue(
+        &mut self,
+        lease: LeaseId,
+        rec: LeaseRecord<S::Handle>,
+        key: &str,
+        priority_adjust: i32,
+        now: Timestamp,
+    ) -> Result<(), FrontierError<S::Error>> {
+        let group = self
+            .scheduler
+            .group_for(key)
+            .map_err(FrontierError::CorruptGroup)?;
         let new_seq = self.next_seq;
         self.next_seq += 1;
         let priority = rec.priority.saturating_add(priority_adjust);
         let meta = EntryMeta {
-            group: self.scheduler.group_key(rec.group),
+            group: key,
             priority,
             start: rec.start,
             not_before: None,
@@ -554,10 +579,10 @@ impl<S: Store> Frontier<S> {
             .requeue(lease.0, rec.handle, new_seq, &meta)
             .map_err(FrontierError::Store)?;
         self.scheduler
-            .insert(rec.group, new_seq, handle, priority, rec.start, None, now);
+            .insert(group, new_seq, handle, priority, rec.start, None, now);
         self.stats.retried += 1;
         self.stats.enqueued += 1;
-        Ok(true)
+        Ok(())
     }
 
     fn release(&mut self, rec: &LeaseRecord<S::Handle>, outcome: &Outcome<'_>, now: Timestamp) {
@@ -706,6 +731,13 @@ impl<S: Store> Frontier<S> {
             .iter()
             .filter(|fp| self.filter.insert(fp))
             .count())
+    }
+
+    /// Makes every queue change so far durable (one store flush) without saving scope
+    /// states: cheap enough to call after each completion, so that a crash repeats only
+    /// the requests that were in flight. [`flush`](Self::flush) also saves scope states.
+    pub fn commit(&mut self) -> Result<(), FrontierError<S::Error>> {
+        self.store.flush().map_err(FrontierError::Store)
     }
 
     /// Makes everything durable now (and saves scope states if configured).

@@ -90,6 +90,10 @@ pub trait Store {
     /// The store's error (naming the file and offset, the table, ...).
     type Error: core::error::Error + 'static;
 
+    /// Whether calls may block on I/O. Async runtimes run blocking stores off the
+    /// executor and call the others inline. Persistent stores keep the default.
+    const BLOCKING: bool = true;
+
     /// A short name for stats (`memory`, `fs`, `sqlite`, ...).
     fn kind(&self) -> &'static str;
 
@@ -176,6 +180,7 @@ pub struct VolatileStore;
 impl Store for VolatileStore {
     type Handle = Box<[u8]>;
     type Error = MemoryStoreError;
+    const BLOCKING: bool = false;
 
     fn kind(&self) -> &'static str {
         "memory"
@@ -293,6 +298,7 @@ impl MemoryStore {
 impl Store for MemoryStore {
     type Handle = ();
     type Error = MemoryStoreError;
+    const BLOCKING: bool = false;
 
     fn kind(&self) -> &'static str {
         "memory"

@@ -487,6 +487,32 @@ fn retry_puts_a_lease_back_with_its_priority_adjusted() {
 }
 
 #[test]
+fn retrying_the_only_request_of_a_scope_keeps_it_schedulable() {
+    // Releasing the lease leaves its group empty (nothing queued, nothing in flight), so
+    // the scheduler frees it; the retried request must land in a live group and go out
+    // once the Retry-After wait ends, not be stuck behind `Blocked` forever.
+    let mut f = frontier(Settings::default().without_jitter());
+    push(&mut f, Request::get(url(0)));
+    let Poll::Ready(l) = f.poll(at(0.0)).unwrap() else {
+        panic!()
+    };
+    let limited = Outcome::response(429, [("Retry-After", "3")], None);
+    assert!(f.retry(l.id(), &limited, -1, at(0.5)).unwrap());
+    assert_eq!(f.len(), 1);
+    assert_eq!(f.poll(at(0.5)).unwrap(), Poll::NotUntil(at(3.5)));
+    assert_eq!(f.poll_timeout(), Some(at(3.5)));
+    let Poll::Ready(again) = f.poll(at(3.5)).unwrap() else {
+        panic!("the retried request is not handed out")
+    };
+    assert_eq!(&*again.request.url, url(0));
+    // Another host pushed meanwhile must not inherit the old group's slot.
+    push(&mut f, Request::get("https://other.example/"));
+    assert_eq!(drain(&mut f, at(3.5)), ["https://other.example/"]);
+    assert!(f.complete(again.id(), &Outcome::status(200), at(4.0)).unwrap());
+    assert!(f.is_empty());
+}
+
+#[test]
 fn dont_track_outcomes_never_back_off() {
     let mut f = frontier(Settings::default().without_jitter());
     push(&mut f, Request::get(url(1)));
