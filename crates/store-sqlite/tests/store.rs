@@ -1,0 +1,418 @@
+//! store-sqlite: the conformance suite, bad files, locking, and a model-based property
+//! test against the in-memory reference store.
+
+use std::path::{Path, PathBuf};
+
+use frontier_core::conformance::Harness;
+use frontier_core::{
+    Durability, EntryMeta, Fingerprint, MemoryStore, RecoveryVisitor, Store, fingerprint,
+};
+use proptest::prelude::*;
+use store_sqlite::{SqliteError, SqliteOptions, SqliteStore};
+use throttle_core::{ScopeSnapshot, Timestamp};
+
+struct Sqlite {
+    dirs: Vec<tempfile::TempDir>,
+    path: PathBuf,
+    options: SqliteOptions,
+}
+
+impl Sqlite {
+    fn new(durability: Durability) -> Self {
+        Sqlite {
+            dirs: Vec::new(),
+            path: PathBuf::new(),
+            options: SqliteOptions {
+                durability,
+                ..SqliteOptions::default()
+            },
+        }
+    }
+}
+
+impl Harness for Sqlite {
+    type Store = SqliteStore;
+
+    fn create(&mut self) -> SqliteStore {
+        let dir = tempfile::tempdir().unwrap();
+        self.path = dir.path().join("crawl.sqlite3");
+        self.dirs.push(dir);
+        SqliteStore::open(&self.path, self.options).unwrap()
+    }
+
+    fn reopen(&mut self, store: SqliteStore) -> SqliteStore {
+        drop(store);
+        SqliteStore::open(&self.path, self.options).unwrap()
+    }
+
+    fn corrupt_payload(&mut self, store: &mut SqliteStore, seq: u64) -> bool {
+        let n = store
+            .connection()
+            .execute(
+                "UPDATE requests SET payload = x'01ffff' WHERE seq = ?1",
+                [seq as i64],
+            )
+            .unwrap();
+        n == 1
+    }
+}
+
+mod batched {
+    frontier_core::store_conformance_tests!(super::Sqlite::new(
+        frontier_core::Durability::default()
+    ));
+}
+
+mod every_op {
+    frontier_core::store_conformance_tests!(super::Sqlite::new(frontier_core::Durability::EveryOp));
+}
+
+mod on_close {
+    frontier_core::store_conformance_tests!(super::Sqlite::new(frontier_core::Durability::OnClose));
+}
+
+fn temp_db() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("crawl.sqlite3");
+    (dir, path)
+}
+
+fn open(path: &Path) -> Result<SqliteStore, SqliteError> {
+    SqliteStore::open(path, SqliteOptions::default())
+}
+
+#[test]
+fn a_second_opener_is_refused_while_the_first_is_open() {
+    let (_dir, path) = temp_db();
+    let first = open(&path).unwrap();
+    let err = open(&path).unwrap_err();
+    assert!(matches!(err, SqliteError::Locked { .. }), "{err}");
+    assert!(
+        err.to_string().contains("in use by another process"),
+        "{err}"
+    );
+    drop(first);
+    open(&path).unwrap();
+}
+
+#[test]
+fn a_file_that_is_not_a_database_is_a_clear_error() {
+    let (_dir, path) = temp_db();
+    std::fs::write(
+        &path,
+        b"this is not an SQLite database, just some text that is long enough",
+    )
+    .unwrap();
+    let err = open(&path).unwrap_err();
+    assert!(matches!(err, SqliteError::Corrupt { .. }), "{err}");
+    assert!(
+        err.to_string().contains(path.to_str().unwrap()),
+        "names the file: {err}"
+    );
+}
+
+#[test]
+fn a_damaged_database_page_is_a_clear_error() {
+    let (_dir, path) = temp_db();
+    {
+        let store = open(&path).unwrap();
+        let mut f = frontier_core::Frontier::open(
+            throttle_core::Settings::default(),
+            frontier_core::FrontierConfig::default(),
+            store,
+            Timestamp::ZERO,
+        )
+        .unwrap();
+        for i in 0..2000 {
+            f.push(
+                &frontier_core::Request::get(format!("https://a.com/{i}")),
+                Timestamp::ZERO,
+            )
+            .unwrap();
+        }
+        let store = f.into_store().unwrap();
+        store
+            .connection()
+            .execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
+            .unwrap();
+    }
+    // Scribble over the middle of the file (its b-tree pages).
+    let mut bytes = std::fs::read(&path).unwrap();
+    let mid = bytes.len() / 2;
+    for b in &mut bytes[mid..mid + 4096] {
+        *b = 0xa5;
+    }
+    std::fs::write(&path, &bytes).unwrap();
+    let result = SqliteStore::open(
+        &path,
+        SqliteOptions {
+            verify_on_open: true,
+            ..SqliteOptions::default()
+        },
+    );
+    let err = result.unwrap_err();
+    assert!(matches!(err, SqliteError::Corrupt { .. }), "{err}");
+    // Without the up-front check the damage surfaces on recovery, as an error.
+    let store = open(&path).unwrap();
+    let opened = frontier_core::Frontier::open(
+        throttle_core::Settings::default(),
+        frontier_core::FrontierConfig::default(),
+        store,
+        Timestamp::ZERO,
+    );
+    assert!(
+        opened.is_err(),
+        "recovery over a damaged file must fail loudly"
+    );
+}
+
+#[test]
+fn a_newer_schema_is_refused() {
+    let (_dir, path) = temp_db();
+    drop(open(&path).unwrap());
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.pragma_update(None, "user_version", 2).unwrap();
+    drop(conn);
+    let err = open(&path).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            SqliteError::NewerSchema {
+                found: 2,
+                supported: 1,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("newer version"), "{err}");
+}
+
+#[test]
+fn another_applications_database_is_refused() {
+    let (_dir, path) = temp_db();
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute_batch("CREATE TABLE t (x); INSERT INTO t VALUES (1);")
+        .unwrap();
+    drop(conn);
+    let err = open(&path).unwrap_err();
+    assert!(matches!(err, SqliteError::Corrupt { .. }), "{err}");
+    assert!(err.to_string().contains("another application"), "{err}");
+}
+
+/// Makes `path` unwritable even for root (`chattr +i`), or says why it cannot.
+fn make_read_only(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o444))
+        .map_err(|e| e.to_string())?;
+    if std::fs::OpenOptions::new().append(true).open(path).is_err() {
+        return Ok(());
+    }
+    let out = std::process::Command::new("chattr")
+        .arg("+i")
+        .arg(path)
+        .output();
+    match out {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(String::from_utf8_lossy(&o.stderr).into_owned()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+#[test]
+fn a_read_only_database_is_a_clear_error() {
+    let (_dir, path) = temp_db();
+    drop(open(&path).unwrap());
+    if let Err(why) = make_read_only(&path) {
+        eprintln!(
+            "SKIP a_read_only_database_is_a_clear_error: cannot make the file read-only here ({why})"
+        );
+        return;
+    }
+    let result = open(&path);
+    let _ = std::process::Command::new("chattr")
+        .arg("-i")
+        .arg(&path)
+        .status();
+    let err = result.unwrap_err();
+    assert!(matches!(err, SqliteError::ReadOnly { .. }), "{err}");
+    assert!(err.to_string().contains("read-only"), "{err}");
+}
+
+// ---------------------------------------------------------------- model-based property
+
+#[derive(Clone, Debug)]
+enum Op {
+    Push {
+        group: u8,
+        priority: i8,
+        start: bool,
+        delay: Option<u16>,
+        fp: Option<u16>,
+    },
+    Lease(usize),
+    Ack(usize),
+    Requeue {
+        which: usize,
+        priority: i8,
+    },
+    Callback(u8),
+    Fingerprints(Vec<u16>),
+    ScopeStates(u8),
+    Flush,
+    Reopen,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0u8..4, any::<i8>(), any::<bool>(), proptest::option::of(0u16..1000), proptest::option::of(any::<u16>()))
+            .prop_map(|(group, priority, start, delay, fp)| Op::Push { group, priority, start, delay, fp }),
+        2 => any::<usize>().prop_map(Op::Lease),
+        2 => any::<usize>().prop_map(Op::Ack),
+        1 => (any::<usize>(), any::<i8>()).prop_map(|(which, priority)| Op::Requeue { which, priority }),
+        1 => (0u8..5).prop_map(Op::Callback),
+        1 => proptest::collection::vec(any::<u16>(), 0..4).prop_map(Op::Fingerprints),
+        1 => (0u8..3).prop_map(Op::ScopeStates),
+        1 => Just(Op::Flush),
+        1 => Just(Op::Reopen),
+    ]
+}
+
+#[derive(Debug, Default, PartialEq)]
+struct Replay {
+    callbacks: Vec<(u32, String)>,
+    fingerprints: Vec<u64>,
+    entries: Vec<(u64, String, i32, bool, Option<Timestamp>, bool)>,
+    scopes: Vec<String>,
+    next_seq: u64,
+}
+
+impl RecoveryVisitor<()> for Replay {
+    fn callback(&mut self, id: u32, name: &str) {
+        self.callbacks.push((id, name.to_string()));
+    }
+    fn fingerprint(&mut self, fp: &Fingerprint) {
+        self.fingerprints.push(fp.prefix64());
+    }
+    fn entry(&mut self, seq: u64, meta: EntryMeta<'_>, _: (), leased: bool) {
+        self.entries.push((
+            seq,
+            meta.group.to_string(),
+            meta.priority,
+            meta.start,
+            meta.not_before,
+            leased,
+        ));
+    }
+    fn scope_state(&mut self, s: ScopeSnapshot) {
+        self.scopes.push(s.scope);
+    }
+    fn next_seq(&mut self, next: u64) {
+        self.next_seq = next;
+    }
+}
+
+fn replay<S: Store<Handle = ()>>(store: &mut S) -> Replay {
+    let mut r = Replay::default();
+    store
+        .recover(&mut r)
+        .unwrap_or_else(|e| panic!("recover: {e}"));
+    r.callbacks.sort();
+    r.fingerprints.sort();
+    r.fingerprints.dedup();
+    r.scopes.sort();
+    r
+}
+
+const GROUPS: [&str; 4] = ["a.com", "b.com:8080", "api\ncost\t2.5", "x.example"];
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    /// Any sequence of operations, reopened at any point (after a flush: what the
+    /// frontier does on a clean close), leaves exactly what the reference store holds.
+    #[test]
+    fn matches_the_reference_store(ops in proptest::collection::vec(op(), 1..60)) {
+        let (_dir, path) = temp_db();
+        let mut sqlite = open(&path).unwrap();
+        let mut model = MemoryStore::new();
+        let mut next_seq = 0u64;
+        let mut live: Vec<u64> = Vec::new();
+        let mut leased: Vec<u64> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Push { group, priority, start, delay, fp } => {
+                    let seq = next_seq;
+                    next_seq += 1;
+                    let meta = EntryMeta {
+                        group: GROUPS[group as usize],
+                        priority: i32::from(priority),
+                        start,
+                        not_before: delay.map(|d| Timestamp::from_secs(u64::from(d))),
+                    };
+                    let fp = fp.map(|f| fingerprint("GET", &format!("https://a.com/{f}"), b"").unwrap());
+                    let payload = format!("payload {seq}").into_bytes();
+                    sqlite.push(seq, &meta, &payload, fp.as_ref()).unwrap();
+                    model.push(seq, &meta, &payload, fp.as_ref()).unwrap();
+                    live.push(seq);
+                }
+                Op::Lease(i) if !live.is_empty() => {
+                    let seq = live[i % live.len()];
+                    sqlite.lease(seq, &()).unwrap();
+                    model.lease(seq, &()).unwrap();
+                    leased.push(seq);
+                }
+                Op::Ack(i) if !live.is_empty() => {
+                    let seq = live.remove(i % live.len());
+                    sqlite.ack(seq, ()).unwrap();
+                    model.ack(seq, ()).unwrap();
+                }
+                Op::Requeue { which, priority } if !live.is_empty() => {
+                    let k = which % live.len();
+                    let (seq, new) = (live[k], next_seq);
+                    next_seq += 1;
+                    let meta = EntryMeta { group: GROUPS[0], priority: i32::from(priority), start: false, not_before: None };
+                    sqlite.requeue(seq, (), new, &meta).unwrap();
+                    model.requeue(seq, (), new, &meta).unwrap();
+                    live[k] = new;
+                }
+                Op::Callback(c) => {
+                    sqlite.put_callback(u32::from(c), &format!("cb{c}")).unwrap();
+                    model.put_callback(u32::from(c), &format!("cb{c}")).unwrap();
+                }
+                Op::Fingerprints(fs) => {
+                    let fps: Vec<_> = fs.iter().map(|f| fingerprint("GET", &format!("https://b.com/{f}"), b"").unwrap()).collect();
+                    sqlite.add_fingerprints(&fps).unwrap();
+                    model.add_fingerprints(&fps).unwrap();
+                }
+                Op::ScopeStates(n) => {
+                    let states: Vec<_> = (0..n).map(|i| ScopeSnapshot::new(format!("s{i}"))).collect();
+                    sqlite.save_scope_states(&states).unwrap();
+                    model.save_scope_states(&states).unwrap();
+                }
+                Op::Flush => sqlite.flush().unwrap(),
+                Op::Reopen => {
+                    sqlite.flush().unwrap();
+                    drop(sqlite);
+                    sqlite = open(&path).unwrap();
+                    let (a, b) = (replay(&mut sqlite), replay(&mut model));
+                    prop_assert_eq!(a, b);
+                    leased.clear();
+                }
+                _ => {}
+            }
+            // Payloads read back as written.
+            for &seq in live.iter().take(3) {
+                let mut buf = Vec::new();
+                let got = sqlite.load(seq, &(), &mut buf).unwrap().to_vec();
+                let mut buf2 = Vec::new();
+                prop_assert_eq!(got, model.load(seq, &(), &mut buf2).unwrap().to_vec());
+            }
+        }
+        sqlite.flush().unwrap();
+        drop(sqlite);
+        let mut sqlite = open(&path).unwrap();
+        let (a, b) = (replay(&mut sqlite), replay(&mut model));
+        prop_assert_eq!(a, b);
+    }
+}
