@@ -1,0 +1,396 @@
+//! The driver: a frontier shared by many tasks, with store I/O off the executor.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use frontier_core::{Frontier, FrontierError, Lease, LeaseId, Poll, PushOutcome, Request, Store};
+use throttle_core::{CrawlDelayDecision, Outcome, QuotaReconcile, Timestamp};
+use tokio::sync::Notify;
+
+use crate::clock::Clock;
+
+/// Why a driver operation failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum DriverError<E> {
+    /// The frontier (or its store) failed.
+    Frontier(FrontierError<E>),
+    /// The driver was shut down.
+    Closed,
+    /// A blocking store call panicked or was cancelled.
+    Blocking(String),
+}
+
+impl<E: std::fmt::Display> std::fmt::Display for DriverError<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DriverError::Frontier(e) => e.fmt(f),
+            DriverError::Closed => f.write_str("the frontier driver was shut down"),
+            DriverError::Blocking(e) => write!(f, "a store call failed to complete: {e}"),
+        }
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for DriverError<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            DriverError::Frontier(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl<E> From<FrontierError<E>> for DriverError<E> {
+    fn from(e: FrontierError<E>) -> Self {
+        DriverError::Frontier(e)
+    }
+}
+
+struct Inner<S: Store> {
+    frontier: Mutex<Option<Frontier<S>>>,
+    /// Woken when anything happens that may let a request go sooner: a push, a
+    /// completion, a retry, a configuration change.
+    changed: Notify,
+    /// First come, first served among tasks waiting in `next`.
+    turn: tokio::sync::Mutex<()>,
+    clock: Clock,
+}
+
+/// A frontier driven on tokio: cloneable handles for many tasks, `next` that sleeps
+/// exactly until something can be sent, store I/O on the blocking pool.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread", start_paused = true)]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// use frontier_core::{Frontier, Request};
+/// use runtime_tokio::{Clock, Driver};
+/// use throttle_core::{Outcome, ScopeConfig, Settings, Timestamp};
+///
+/// let clock = Clock::starting_at(Timestamp::ZERO);
+/// let settings = Settings::default()
+///     .without_jitter()
+///     .with_scope("example.com", ScopeConfig::new().delay(10.0));
+/// let driver = Driver::new(Frontier::in_memory(settings, clock.now())?, clock);
+/// driver.push(Request::get("https://example.com/a")).await?;
+/// driver.push(Request::get("https://example.com/b")).await?;
+///
+/// let first = driver.next().await.unwrap()?;
+/// driver.complete(first.id(), Outcome::status(200)).await?;
+/// let second = driver.next().await.unwrap()?;          // sleeps exactly 10 s
+/// assert_eq!(driver.now(), Timestamp::from_secs(10));
+/// driver.complete(second.id(), Outcome::status(200)).await?;
+/// assert!(driver.next().await.is_none());               // empty, nothing in flight
+/// # Ok(())
+/// # }
+/// ```
+pub struct Driver<S: Store> {
+    inner: Arc<Inner<S>>,
+}
+
+impl<S: Store> Clone for Driver<S> {
+    fn clone(&self) -> Self {
+        Driver {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<S: Store> std::fmt::Debug for Driver<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver").finish_non_exhaustive()
+    }
+}
+
+impl<S> Driver<S>
+where
+    S: Store + Send + 'static,
+    S::Handle: Send,
+    S::Error: Send + 'static,
+{
+    /// Drives `frontier` with `clock` (the clock the frontier was opened with).
+    pub fn new(frontier: Frontier<S>, clock: Clock) -> Self {
+        Driver {
+            inner: Arc::new(Inner {
+                frontier: Mutex::new(Some(frontier)),
+                changed: Notify::new(),
+                turn: tokio::sync::Mutex::new(()),
+                clock,
+            }),
+        }
+    }
+
+    /// The current time on the driver's clock.
+    pub fn now(&self) -> Timestamp {
+        self.inner.clock.now()
+    }
+
+    /// The driver's clock.
+    pub fn clock(&self) -> Clock {
+        self.inner.clock
+    }
+
+    /// Runs `op` on the frontier: on tokio's blocking pool for stores whose calls block
+    /// on I/O (so they never stall the executor), inline for in-memory stores.
+    async fn blocking<R, F>(&self, op: F) -> Result<R, DriverError<S::Error>>
+    where
+        F: FnOnce(&mut Frontier<S>, Timestamp) -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        self.call(false, op).await
+    }
+
+    /// Runs a mutating `op` (see [`blocking`](Self::blocking)) and wakes the tasks waiting
+    /// in [`next`](Self::next) from inside the call, so they are woken even if the
+    /// caller's future is dropped while the store works.
+    async fn mutate<R, F>(&self, op: F) -> Result<R, DriverError<S::Error>>
+    where
+        F: FnOnce(&mut Frontier<S>, Timestamp) -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        self.call(true, op).await
+    }
+
+    async fn call<R, F>(&self, notify: bool, op: F) -> Result<R, DriverError<S::Error>>
+    where
+        F: FnOnce(&mut Frontier<S>, Timestamp) -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        let inner = self.inner.clone();
+        let run = move || {
+            let now = inner.clock.now();
+            let mut guard = lock(&inner.frontier);
+            let out = guard.as_mut().map(|f| op(f, now));
+            drop(guard);
+            if notify {
+                inner.changed.notify_waiters();
+            }
+            out
+        };
+        let out = if S::BLOCKING {
+            tokio::task::spawn_blocking(run)
+                .await
+                .map_err(|e| DriverError::Blocking(e.to_string()))?
+        } else {
+            run()
+        };
+        out.ok_or(DriverError::Closed)
+    }
+
+    /// Queues a request.
+    pub async fn push(&self, request: Request) -> Result<PushOutcome, DriverError<S::Error>> {
+        let out = self.mutate(move |f, now| f.push(&request, now)).await??;
+        Ok(out)
+    }
+
+    /// Queues many requests in one store round trip.
+    pub async fn push_all(
+        &self,
+        requests: Vec<Request>,
+    ) -> Result<Vec<PushOutcome>, DriverError<S::Error>> {
+        let out = self
+            .mutate(move |f, now| {
+                requests
+                    .iter()
+                    .map(|r| f.push(r, now))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .await??;
+        Ok(out)
+    }
+
+    /// The next request that may be sent now, waiting as long as needed: exactly until
+    /// the next scope or delayed request allows it, or less if a completion frees a scope
+    /// first. `None` when nothing is queued and nothing is in flight. Tasks calling it
+    /// concurrently are served first come, first served.
+    ///
+    /// Cancel safety: dropping the future while it waits loses nothing, but dropping it
+    /// while a poll runs on the blocking pool can leave the lease that poll took in
+    /// flight (holding its scope slots) until the store is reopened, which delivers it
+    /// again. Stop workers between leases, or only when shutting down.
+    pub async fn next(&self) -> Option<Result<Lease, DriverError<S::Error>>> {
+        let _turn = self.inner.turn.lock().await;
+        loop {
+            let notified = self.inner.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let polled = self.blocking(|f, now| (f.poll(now), f.in_flight())).await;
+            let (poll, in_flight) = match polled {
+                Ok(p) => p,
+                Err(DriverError::Closed) => return None,
+                Err(e) => return Some(Err(e)),
+            };
+            match poll {
+                Err(e) => return Some(Err(e.into())),
+                Ok(Poll::Ready(lease)) => return Some(Ok(lease)),
+                Ok(Poll::Empty) if in_flight == 0 => return None,
+                Ok(Poll::NotUntil(t)) => {
+                    let deadline = self.inner.clock.instant(t);
+                    tokio::select! {
+                        () = tokio::time::sleep_until(deadline) => {}
+                        () = &mut notified => {}
+                    }
+                }
+                Ok(Poll::Blocked | Poll::Empty) => notified.await,
+            }
+        }
+    }
+
+    /// The leases as a stream (see [`next`](Self::next)).
+    pub fn leases(&self) -> Leases<S> {
+        Leases {
+            driver: self.clone(),
+            pending: None,
+        }
+    }
+
+    /// Acknowledges a lease with how it ended (feeding backoff). `false` if it was
+    /// already ended.
+    pub async fn complete(
+        &self,
+        lease: LeaseId,
+        outcome: Outcome<'static>,
+    ) -> Result<bool, DriverError<S::Error>> {
+        let done = self
+            .mutate(move |f, now| f.complete(lease, &outcome, now))
+            .await??;
+        Ok(done)
+    }
+
+    /// Puts a lease back with its priority adjusted (after its outcome fed backoff).
+    pub async fn retry(
+        &self,
+        lease: LeaseId,
+        outcome: Outcome<'static>,
+        priority_adjust: i32,
+    ) -> Result<bool, DriverError<S::Error>> {
+        let done = self
+            .mutate(move |f, now| f.retry(lease, &outcome, priority_adjust, now))
+            .await??;
+        Ok(done)
+    }
+
+    /// Reports a robots.txt Crawl-delay for a scope.
+    pub async fn handle_crawl_delay(
+        &self,
+        scope: String,
+        secs: f64,
+    ) -> Result<CrawlDelayDecision, DriverError<S::Error>> {
+        let out = self
+            .mutate(move |f, now| f.handle_crawl_delay(&scope, secs, now))
+            .await??;
+        Ok(out)
+    }
+
+    /// Holds back a scope (a soft block seen in a page).
+    pub async fn delay_scope(&self, scope: String, secs: f64) -> Result<(), DriverError<S::Error>> {
+        self.mutate(move |f, now| f.delay_scope(&scope, secs, now))
+            .await??;
+        Ok(())
+    }
+
+    /// Corrects a scope's quota consumption.
+    pub async fn reconcile_quota(
+        &self,
+        scope: String,
+        how: QuotaReconcile,
+    ) -> Result<(), DriverError<S::Error>> {
+        self.mutate(move |f, now| f.reconcile_quota(&scope, how, now))
+            .await??;
+        Ok(())
+    }
+
+    /// Runs `read` on the frontier (stats, throttler state, ...), off the executor.
+    pub async fn inspect<R, F>(&self, read: F) -> Result<R, DriverError<S::Error>>
+    where
+        F: FnOnce(&Frontier<S>) -> R + Send + 'static,
+        R: Send + 'static,
+    {
+        self.blocking(move |f, _| read(f)).await
+    }
+
+    /// Makes everything durable now.
+    pub async fn flush(&self) -> Result<(), DriverError<S::Error>> {
+        self.blocking(|f, _| f.flush()).await??;
+        Ok(())
+    }
+
+    /// Makes every queue change so far durable, without saving scope states (see
+    /// [`Frontier::commit`]): call it after a completion to bound what a crash repeats
+    /// to the requests in flight.
+    pub async fn commit(&self) -> Result<(), DriverError<S::Error>> {
+        self.blocking(|f, _| f.commit()).await??;
+        Ok(())
+    }
+
+    /// Flushes every `every` until the driver is shut down (group commit's time bound
+    /// while the crawl is idle). Spawn it: `tokio::spawn(driver.clone().flush_every(..))`.
+    pub async fn flush_every(self, every: Duration) {
+        loop {
+            tokio::time::sleep(every).await;
+            if self.flush().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Stops the driver: flushes the store and hands it back. Leases still out are not
+    /// acknowledged; a frontier reopened on the store delivers them again. Other handles
+    /// get [`DriverError::Closed`], and their `next` ends.
+    pub async fn shutdown(&self) -> Result<S, DriverError<S::Error>> {
+        let inner = self.inner.clone();
+        let store = tokio::task::spawn_blocking(move || {
+            let frontier = lock(&inner.frontier).take();
+            frontier.map(Frontier::into_store)
+        })
+        .await
+        .map_err(|e| DriverError::Blocking(e.to_string()))?
+        .ok_or(DriverError::Closed)??;
+        self.inner.changed.notify_waiters();
+        Ok(store)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic inside a store call must not wedge every other task.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+type NextFuture<S> = std::pin::Pin<
+    Box<
+        dyn std::future::Future<Output = Option<Result<Lease, DriverError<<S as Store>::Error>>>>
+            + Send,
+    >,
+>;
+
+/// The stream of [`Driver::leases`].
+pub struct Leases<S: Store> {
+    driver: Driver<S>,
+    pending: Option<NextFuture<S>>,
+}
+
+impl<S> futures_core::Stream for Leases<S>
+where
+    S: Store + Send + 'static,
+    S::Handle: Send,
+    S::Error: Send + 'static,
+{
+    type Item = Result<Lease, DriverError<S::Error>>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        let fut = this.pending.get_or_insert_with(|| {
+            let driver = this.driver.clone();
+            Box::pin(async move { driver.next().await })
+        });
+        match fut.as_mut().poll(cx) {
+            std::task::Poll::Ready(item) => {
+                this.pending = None;
+                std::task::Poll::Ready(item)
+            }
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
+    }
+}
