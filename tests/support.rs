@@ -1,1 +1,75 @@
 //! Shared helpers for the workspace's cross-crate tests.
+
+use std::path::Path;
+
+use frontier_core::Durability;
+use throttle_core::Settings;
+
+/// Which store a kill -9 round uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KillStore {
+    /// `store-sqlite`.
+    Sqlite,
+}
+
+impl std::str::FromStr for KillStore {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "sqlite" => Ok(KillStore::Sqlite),
+            other => Err(format!("unknown store {other:?} (sqlite)")),
+        }
+    }
+}
+
+impl KillStore {
+    /// The name the child takes on its command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            KillStore::Sqlite => "sqlite",
+        }
+    }
+}
+
+/// An opened store of any kind.
+pub enum AnyStore {
+    /// `store-sqlite`.
+    Sqlite(store_sqlite::SqliteStore),
+}
+
+/// Opens the store of `kind` at `path` (a file or a directory, as the store wants).
+pub fn open_store(
+    kind: KillStore,
+    path: &Path,
+    durability: Durability,
+) -> Result<AnyStore, String> {
+    match kind {
+        KillStore::Sqlite => store_sqlite::SqliteStore::open(
+            path.join("crawl.sqlite3"),
+            store_sqlite::SqliteOptions {
+                durability,
+                ..Default::default()
+            },
+        )
+        .map(AnyStore::Sqlite)
+        .map_err(|e| e.to_string()),
+    }
+}
+
+/// Settings where throttling never holds anything back.
+pub fn open_settings() -> Settings {
+    let mut s = Settings::default().without_jitter();
+    s.concurrent_requests = u32::MAX;
+    s.concurrent_requests_per_domain = 0;
+    s
+}
+
+/// The URL of request `id` in the kill -9 tests.
+pub fn request_url(id: u64) -> String {
+    format!("https://h{}.example.com/item/{id}", id % 7)
+}
+
+/// The id in a [`request_url`].
+pub fn request_id(url: &str) -> Option<u64> {
+    url.rsplit('/').next()?.parse().ok()
+}

@@ -1,0 +1,126 @@
+//! Leases per second through the tokio driver with an instant fetch, as a ratio to
+//! calling the frontier directly (same requests, same store).
+//!
+//!     cargo bench -p workspace-benches --bench driver
+
+use std::time::{Duration, Instant};
+
+use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use frontier_core::{Durability, Frontier, FrontierConfig, Poll, Request, Store, VolatileStore};
+use runtime_tokio::{Clock, Driver};
+use throttle_core::{Outcome, Settings, Timestamp};
+use workspace_benches::peer_requests;
+
+const N: usize = 100_000;
+const HOSTS: usize = 1_000;
+
+fn settings() -> Settings {
+    let mut s = Settings::default().without_jitter();
+    s.concurrent_requests = u32::MAX;
+    s.concurrent_requests_per_domain = 0;
+    s
+}
+
+fn config() -> FrontierConfig {
+    FrontierConfig {
+        persist_scope_states: false,
+        ..FrontierConfig::default()
+    }
+}
+
+fn fill<S: Store>(store: S, reqs: &[Request]) -> Frontier<S>
+where
+    S::Error: std::fmt::Debug,
+{
+    let mut f = Frontier::open(settings(), config(), store, Timestamp::ZERO).unwrap();
+    for r in reqs {
+        f.push(r, Timestamp::ZERO).unwrap();
+    }
+    f.flush().unwrap();
+    f
+}
+
+fn direct<S: Store>(mut f: Frontier<S>) -> Duration
+where
+    S::Error: std::fmt::Debug,
+{
+    let ok = Outcome::status(200);
+    let t0 = Instant::now();
+    while let Poll::Ready(l) = f.poll(Timestamp::ZERO).unwrap() {
+        f.complete(l.id(), &ok, Timestamp::ZERO).unwrap();
+    }
+    t0.elapsed()
+}
+
+fn driven<S>(f: Frontier<S>) -> Duration
+where
+    S: Store + Send + 'static,
+    S::Handle: Send,
+    S::Error: Send + std::fmt::Debug + 'static,
+{
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let driver = Driver::new(f, Clock::starting_at(Timestamp::ZERO));
+        let t0 = Instant::now();
+        while let Some(l) = driver.next().await {
+            driver
+                .complete(l.unwrap().id(), Outcome::status(200))
+                .await
+                .unwrap();
+        }
+        t0.elapsed()
+    })
+}
+
+fn bench(c: &mut Criterion) {
+    let reqs = peer_requests(N, HOSTS);
+    let mut group = c.benchmark_group("driver_overhead");
+    group.sample_size(10);
+    group.throughput(Throughput::Elements(N as u64));
+    group.bench_function(BenchmarkId::new("memory", "frontier"), |b| {
+        b.iter_custom(|iters| (0..iters).map(|_| direct(fill(VolatileStore, &reqs))).sum())
+    });
+    group.bench_function(BenchmarkId::new("memory", "tokio_driver"), |b| {
+        b.iter_custom(|iters| (0..iters).map(|_| driven(fill(VolatileStore, &reqs))).sum())
+    });
+    let sqlite = |dir: &tempfile::TempDir| {
+        let options = store_sqlite::SqliteOptions {
+            durability: Durability::default(),
+            ..Default::default()
+        };
+        store_sqlite::SqliteStore::open(dir.path().join("bench.sqlite3"), options).unwrap()
+    };
+    let small = &reqs[..20_000];
+    group.throughput(Throughput::Elements(small.len() as u64));
+    group.bench_function(BenchmarkId::new("sqlite", "frontier"), |b| {
+        b.iter_custom(|iters| {
+            (0..iters)
+                .map(|_| {
+                    let dir = tempfile::tempdir().unwrap();
+                    direct(fill(sqlite(&dir), small))
+                })
+                .sum()
+        })
+    });
+    group.bench_function(BenchmarkId::new("sqlite", "tokio_driver"), |b| {
+        b.iter_custom(|iters| {
+            (0..iters)
+                .map(|_| {
+                    let dir = tempfile::tempdir().unwrap();
+                    driven(fill(sqlite(&dir), small))
+                })
+                .sum()
+        })
+    });
+    group.finish();
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(5));
+    targets = bench
+}
+criterion_main!(benches);

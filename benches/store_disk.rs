@@ -1,0 +1,124 @@
+//! Persistent stores at a million requests: push rate, pop (poll + complete) rate and
+//! bytes on disk per queued request, with group commit, measured like the peer script
+//! measures Scrapy's disk queues (wall time of the whole phase, fresh process).
+//!
+//!     cargo run --release -p workspace-benches --bin store-disk -- STORE [N] [HOSTS]
+//!
+//! STORE is `sqlite` (or `fs` once store-fs lands). Prints one JSON object:
+//! `push_ops_s`, `pop_ops_s`, `disk_bytes_per_req` (all files of the store after the
+//! pushes are durable), `avg_url_len`.
+#![allow(clippy::print_stdout)]
+
+use std::path::Path;
+use std::time::Instant;
+
+use frontier_core::{Durability, Frontier, FrontierConfig, Poll, Store};
+use throttle_core::{Outcome, Settings, Timestamp};
+use workspace_benches::peer_requests_range;
+
+fn disk_bytes(dir: &Path) -> u64 {
+    let mut total = 0;
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let Ok(meta) = e.metadata() else { continue };
+            if meta.is_dir() {
+                total += disk_bytes(&e.path());
+            } else if !e.file_name().to_string_lossy().ends_with(".lock") {
+                total += meta.len();
+            }
+        }
+    }
+    total
+}
+
+struct Measured {
+    push_ops_s: f64,
+    pop_ops_s: f64,
+    disk_bytes_per_req: f64,
+    avg_url_len: f64,
+}
+
+fn measure<S: Store>(store: S, dir: &Path, n: usize, hosts: usize) -> Measured
+where
+    S::Error: std::fmt::Display,
+{
+    let settings = Settings {
+        concurrent_requests: u32::MAX,
+        concurrent_requests_per_domain: 0,
+        ..Settings::default()
+    };
+    let config = FrontierConfig {
+        persist_scope_states: false,
+        ..FrontierConfig::default()
+    };
+    let now = Timestamp::ZERO;
+    let mut f = Frontier::open(settings, config, store, now).unwrap_or_else(|e| panic!("{e}"));
+    let mut push_time = 0.0;
+    let mut url_bytes = 0usize;
+    for start in (0..n).step_by(10_000) {
+        // Building requests is excluded, as in the peer script.
+        let reqs = peer_requests_range(start, (start + 10_000).min(n), hosts);
+        url_bytes += reqs.iter().map(|r| r.url.len()).sum::<usize>();
+        let t0 = Instant::now();
+        for r in &reqs {
+            f.push(r, now).unwrap_or_else(|e| panic!("{e}"));
+        }
+        push_time += t0.elapsed().as_secs_f64();
+    }
+    let t0 = Instant::now();
+    f.flush().unwrap_or_else(|e| panic!("{e}"));
+    push_time += t0.elapsed().as_secs_f64();
+    let disk = disk_bytes(dir);
+    let ok = Outcome::status(200);
+    let t0 = Instant::now();
+    let mut popped = 0;
+    while let Poll::Ready(lease) = f.poll(now).unwrap_or_else(|e| panic!("{e}")) {
+        f.complete(lease.id(), &ok, now)
+            .unwrap_or_else(|e| panic!("{e}"));
+        popped += 1;
+    }
+    f.flush().unwrap_or_else(|e| panic!("{e}"));
+    let pop_time = t0.elapsed().as_secs_f64();
+    assert_eq!(popped, n, "every request popped once");
+    Measured {
+        push_ops_s: n as f64 / push_time,
+        pop_ops_s: n as f64 / pop_time,
+        disk_bytes_per_req: disk as f64 / n as f64,
+        avg_url_len: url_bytes as f64 / n as f64,
+    }
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let kind = args.next().unwrap_or_else(|| "sqlite".into());
+    let n: usize = args
+        .next()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1_000_000);
+    let hosts: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(10_000);
+    let dir = tempfile::tempdir_in(std::env::var("STORE_BENCH_DIR").unwrap_or_else(|_| ".".into()))
+        .expect("a scratch directory");
+    let durability = Durability::Batched {
+        max_ops: 1000,
+        max_delay: std::time::Duration::from_millis(100),
+    };
+    let m = match kind.as_str() {
+        "sqlite" => {
+            let options = store_sqlite::SqliteOptions {
+                durability,
+                ..Default::default()
+            };
+            let store = store_sqlite::SqliteStore::open(dir.path().join("crawl.sqlite3"), options)
+                .expect("opening the database");
+            measure(store, dir.path(), n, hosts)
+        }
+        other => {
+            eprintln!("unknown store {other:?}");
+            std::process::exit(2);
+        }
+    };
+    println!(
+        "{{\"store\":\"{kind}\",\"n\":{n},\"hosts\":{hosts},\"avg_url_len\":{:.1},\"push_ops_s\":{:.0},\"pop_ops_s\":{:.0},\"disk_bytes_per_req\":{:.1}}}",
+        m.avg_url_len, m.push_ops_s, m.pop_ops_s, m.disk_bytes_per_req
+    );
+}

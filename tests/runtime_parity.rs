@@ -1,0 +1,319 @@
+//! One behavioural suite, run against every runtime adapter (parity): delays, backoff
+//! after a 429 with Retry-After, recovery, rampup, quotas, per-request delays, early
+//! wake-ups on completion, end of stream, and FIFO fairness of the standalone throttle,
+//! all on virtual time with exact timestamps.
+//!
+//! Each adapter module provides `run(|clock| async { .. })`, which runs the future on a
+//! virtual clock starting at zero.
+
+macro_rules! parity_suite {
+    ($adapter:ident, $run:path) => {
+        mod $adapter {
+            use std::cell::RefCell;
+            use std::rc::Rc;
+            use std::time::Duration;
+
+            use frontier_core::{Frontier, Request};
+            use throttle_core::{
+                Outcome, RampupConfig, ScopeConfig, ScopeUse, Settings, Timestamp,
+            };
+            use $adapter::{Driver, Throttle};
+
+            fn secs(s: f64) -> Timestamp {
+                Timestamp::from_secs_f64(s)
+            }
+
+            fn settings() -> Settings {
+                Settings::default().without_jitter()
+            }
+
+            #[test]
+            fn delays_space_sends_exactly() {
+                $run(|clock| async move {
+                    let s = settings().with_scope("a.com", ScopeConfig::new().delay(5.0));
+                    let d = Driver::new(Frontier::in_memory(s, clock.now()).unwrap(), clock);
+                    for i in 0..3 {
+                        d.push(Request::get(format!("https://a.com/{i}")))
+                            .await
+                            .unwrap();
+                    }
+                    let mut at = vec![];
+                    while let Some(l) = d.next().await {
+                        at.push(d.now());
+                        d.complete(l.unwrap().id(), Outcome::status(200))
+                            .await
+                            .unwrap();
+                    }
+                    assert_eq!(at, [secs(0.0), secs(5.0), secs(10.0)]);
+                });
+            }
+
+            #[test]
+            fn a_429_with_retry_after_then_recovery() {
+                $run(|clock| async move {
+                    let d =
+                        Driver::new(Frontier::in_memory(settings(), clock.now()).unwrap(), clock);
+                    for i in 0..5 {
+                        d.push(Request::get(format!("https://a.com/{i}")))
+                            .await
+                            .unwrap();
+                    }
+                    let l = d.next().await.unwrap().unwrap();
+                    clock.sleep(Duration::from_millis(500)).await;
+                    let limited = Outcome::response(429, [("Retry-After", "30")], None);
+                    d.complete(l.id(), limited).await.unwrap();
+                    // Nothing before the hard minimum; then spaced by min_delay (1 s) at level 1.
+                    let l = d.next().await.unwrap().unwrap();
+                    assert_eq!(d.now(), secs(30.5));
+                    d.complete(l.id(), Outcome::status(200)).await.unwrap();
+                    let l = d.next().await.unwrap().unwrap();
+                    assert_eq!(d.now(), secs(31.5));
+                    d.complete(l.id(), Outcome::status(200)).await.unwrap();
+                    // A quiet window (60 s after the trigger) recovers to the base delay 0.
+                    clock.sleep_until(secs(61.0)).await;
+                    let level = d
+                        .inspect(|f| f.throttler().snapshot("a.com").unwrap().level)
+                        .await
+                        .unwrap();
+                    assert_eq!(level, 1, "recovery is lazy: looked at on the next decision");
+                    let l = d.next().await.unwrap().unwrap();
+                    d.complete(l.id(), Outcome::status(200)).await.unwrap();
+                    let l = d.next().await.unwrap().unwrap();
+                    assert_eq!(d.now(), secs(61.0), "back at the base: no spacing");
+                    d.complete(l.id(), Outcome::status(200)).await.unwrap();
+                    assert!(d.next().await.is_none());
+                });
+            }
+
+            #[test]
+            fn rampup_raises_concurrency_window_by_window() {
+                $run(|clock| async move {
+                    let s = settings().with_scope(
+                        "api.com",
+                        ScopeConfig::new()
+                            .delay(0.0)
+                            .max_concurrency(3)
+                            .rampup(RampupConfig::default()),
+                    );
+                    let d = Driver::new(Frontier::in_memory(s, clock.now()).unwrap(), clock);
+                    for i in 0..20 {
+                        d.push(Request::get(format!("https://api.com/{i}")))
+                            .await
+                            .unwrap();
+                    }
+                    let mut concurrency = vec![];
+                    for window in 0..4u64 {
+                        clock.sleep_until(secs(window as f64 * 60.0)).await;
+                        let mut held = vec![];
+                        // Take what may go at once: rampup's current concurrency.
+                        loop {
+                            let ready = d
+                                .inspect(|f| f.throttler().scope_settings("api.com").concurrency)
+                                .await
+                                .unwrap();
+                            if held.len() as u32 >= ready {
+                                break;
+                            }
+                            held.push(d.next().await.unwrap().unwrap());
+                        }
+                        assert_eq!(d.now(), secs(window as f64 * 60.0), "all sent at once");
+                        concurrency.push(held.len());
+                        for l in held {
+                            d.complete(l.id(), Outcome::status(200)).await.unwrap();
+                        }
+                    }
+                    assert_eq!(concurrency, [1, 2, 3, 3]);
+                });
+            }
+
+            #[test]
+            fn quotas_hold_requests_until_the_window_ends() {
+                $run(|clock| async move {
+                    let s = settings().with_scope(
+                        "cost",
+                        ScopeConfig::new().concurrency(0).quota(10.0).window(60.0),
+                    );
+                    let d = Driver::new(Frontier::in_memory(s, clock.now()).unwrap(), clock);
+                    for i in 0..3 {
+                        let r =
+                            Request::get(format!("https://api.com/{i}")).scope_amount("cost", 4.0);
+                        d.push(r).await.unwrap();
+                    }
+                    let mut at = vec![];
+                    while let Some(l) = d.next().await {
+                        at.push(d.now());
+                        d.complete(l.unwrap().id(), Outcome::status(200))
+                            .await
+                            .unwrap();
+                    }
+                    assert_eq!(at, [secs(0.0), secs(0.0), secs(60.0)]);
+                });
+            }
+
+            #[test]
+            fn a_completion_wakes_a_waiting_task_at_once() {
+                $run(|clock| async move {
+                    let s = settings().with_scope("a.com", ScopeConfig::new().concurrency(1));
+                    let d = Driver::new(Frontier::in_memory(s, clock.now()).unwrap(), clock);
+                    d.push(Request::get("https://a.com/1")).await.unwrap();
+                    d.push(Request::get("https://a.com/2")).await.unwrap();
+                    let first = d.next().await.unwrap().unwrap();
+                    let d2 = d.clone();
+                    let finisher = async move {
+                        clock.sleep(Duration::from_millis(3250)).await;
+                        d2.complete(first.id(), Outcome::status(200)).await.unwrap();
+                    };
+                    let waiter = async {
+                        let l = d.next().await.unwrap().unwrap();
+                        (d.now(), l)
+                    };
+                    let ((at, l), ()) = futures_lite::future::zip(waiter, finisher).await;
+                    assert_eq!(at, secs(3.25));
+                    d.complete(l.id(), Outcome::status(200)).await.unwrap();
+                });
+            }
+
+            #[test]
+            fn per_request_delays_and_the_end_of_the_stream() {
+                $run(|clock| async move {
+                    let d =
+                        Driver::new(Frontier::in_memory(settings(), clock.now()).unwrap(), clock);
+                    d.push(Request::get("https://a.com/later").delay(7.0))
+                        .await
+                        .unwrap();
+                    d.push(Request::get("https://b.com/now")).await.unwrap();
+                    let now = d.next().await.unwrap().unwrap();
+                    assert_eq!(
+                        (&*now.request.url, d.now()),
+                        ("https://b.com/now", secs(0.0))
+                    );
+                    let later = d.next().await.unwrap().unwrap();
+                    assert_eq!(
+                        (&*later.request.url, d.now()),
+                        ("https://a.com/later", secs(7.0))
+                    );
+                    // Empty but one lease out: next waits for it (the lease may push more).
+                    d.complete(now.id(), Outcome::status(200)).await.unwrap();
+                    let d2 = d.clone();
+                    let pusher = async move {
+                        clock.sleep(Duration::from_secs(2)).await;
+                        d2.push(Request::get("https://c.com/child")).await.unwrap();
+                        d2.complete(later.id(), Outcome::status(200)).await.unwrap();
+                    };
+                    let (child, ()) = futures_lite::future::zip(d.next(), pusher).await;
+                    let child = child.unwrap().unwrap();
+                    assert_eq!(d.now(), secs(9.0));
+                    d.complete(child.id(), Outcome::status(200)).await.unwrap();
+                    assert!(d.next().await.is_none(), "empty and nothing in flight");
+                });
+            }
+
+            #[test]
+            fn throttle_waiters_are_served_in_arrival_order() {
+                $run(|clock| async move {
+                    let s =
+                        settings().with_scope("api", ScopeConfig::new().concurrency(1).delay(1.0));
+                    let t = Throttle::new(s, clock).unwrap();
+                    let order = Rc::new(RefCell::new(Vec::new()));
+                    let first = t.acquire(&[ScopeUse::new("api")]).await;
+                    let mut tasks = Vec::new();
+                    for i in 0..20 {
+                        let (t, order) = (t.clone(), order.clone());
+                        tasks.push(async move {
+                            // Arrive in index order, a millisecond apart.
+                            clock.sleep(Duration::from_millis(i)).await;
+                            let p = t.acquire(&[ScopeUse::new("api")]).await;
+                            order.borrow_mut().push((i, clock.now()));
+                            clock.sleep(Duration::from_millis(100)).await;
+                            p.finish(&Outcome::status(200));
+                        });
+                    }
+                    let release = async move {
+                        clock.sleep(Duration::from_millis(50)).await;
+                        first.finish(&Outcome::status(200));
+                    };
+                    futures_lite::future::zip(futures_util::future::join_all(tasks), release).await;
+                    let order = order.borrow();
+                    let served: Vec<u64> = order.iter().map(|(i, _)| *i).collect();
+                    assert_eq!(
+                        served,
+                        (0..20).collect::<Vec<_>>(),
+                        "first come, first served"
+                    );
+                    // And spaced by the delay: one per second.
+                    for (k, (_, at)) in order.iter().enumerate() {
+                        assert_eq!(*at, secs(1.0 + k as f64));
+                    }
+                });
+            }
+
+            #[test]
+            fn a_dropped_permit_releases_without_backoff_and_a_dropped_wait_leaves_the_queue() {
+                $run(|clock| async move {
+                    let s = settings().with_scope("api", ScopeConfig::new().concurrency(1));
+                    let t = Throttle::new(s, clock).unwrap();
+                    let p = t.acquire(&[ScopeUse::new("api")]).await;
+                    // A waiter that gives up after a second.
+                    let gave_up = futures_lite::future::or(
+                        async {
+                            let _never = t.acquire(&[ScopeUse::new("api")]).await;
+                            false
+                        },
+                        async {
+                            clock.sleep(Duration::from_secs(1)).await;
+                            true
+                        },
+                    )
+                    .await;
+                    assert!(gave_up);
+                    drop(p);
+                    let p = t.acquire(&[ScopeUse::new("api")]).await;
+                    assert_eq!(clock.now(), secs(1.0), "no backoff, no ghost waiter ahead");
+                    p.finish(&Outcome::status(200));
+                    let level =
+                        t.with_throttler(|th, now| th.scope_stats("api", now).unwrap().level);
+                    assert_eq!(level, 0);
+                });
+            }
+        }
+    };
+}
+
+mod tokio_runtime {
+    use std::future::Future;
+
+    /// Runs `f` on a current-thread tokio runtime with paused time.
+    pub(crate) fn run<F, Fut>(f: F)
+    where
+        F: FnOnce(runtime_tokio::Clock) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let clock = runtime_tokio::Clock::starting_at(throttle_core::Timestamp::ZERO);
+            f(clock).await;
+        });
+    }
+}
+
+parity_suite!(runtime_tokio, crate::tokio_runtime::run);
+
+mod async_std_runtime {
+    use std::future::Future;
+
+    /// Runs `f` on a manual clock, advancing virtual time whenever the test is idle.
+    pub(crate) fn run<F, Fut>(f: F)
+    where
+        F: FnOnce(runtime_async_std::Clock) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        let (clock, time) = runtime_async_std::Clock::manual(throttle_core::Timestamp::ZERO);
+        time.block_on(f(clock));
+    }
+}
+
+parity_suite!(runtime_async_std, crate::async_std_runtime::run);
