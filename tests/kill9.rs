@@ -116,6 +116,7 @@ fn kill_rounds(kind: KillStore) {
         let store = open_store(kind, dir.path(), Durability::OnClose).expect("reopening");
         let (ids, redelivered) = match store {
             AnyStore::Sqlite(s) => queued_ids(s),
+            AnyStore::Fs(s) => queued_ids(s),
         };
         redelivered_total += redelivered;
         let queued: HashSet<u64> = ids.iter().copied().collect();
@@ -157,4 +158,9 @@ fn kill_rounds(kind: KillStore) {
 #[test]
 fn sqlite_survives_kill_9() {
     kill_rounds(KillStore::Sqlite);
+}
+
+#[test]
+fn fs_survives_kill_9() {
+    kill_rounds(KillStore::Fs);
 }

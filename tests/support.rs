@@ -10,6 +10,8 @@ use throttle_core::Settings;
 pub enum KillStore {
     /// `store-sqlite`.
     Sqlite,
+    /// `store-fs`.
+    Fs,
 }
 
 impl std::str::FromStr for KillStore {
@@ -17,7 +19,8 @@ impl std::str::FromStr for KillStore {
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "sqlite" => Ok(KillStore::Sqlite),
-            other => Err(format!("unknown store {other:?} (sqlite)")),
+            "fs" => Ok(KillStore::Fs),
+            other => Err(format!("unknown store {other:?} (sqlite, fs)")),
         }
     }
 }
@@ -27,6 +30,7 @@ impl KillStore {
     pub fn name(self) -> &'static str {
         match self {
             KillStore::Sqlite => "sqlite",
+            KillStore::Fs => "fs",
         }
     }
 }
@@ -35,6 +39,8 @@ impl KillStore {
 pub enum AnyStore {
     /// `store-sqlite`.
     Sqlite(store_sqlite::SqliteStore),
+    /// `store-fs`.
+    Fs(store_fs::FsStore),
 }
 
 /// Opens the store of `kind` at `path` (a file or a directory, as the store wants).
@@ -52,6 +58,12 @@ pub fn open_store(
             },
         )
         .map(AnyStore::Sqlite)
+        .map_err(|e| e.to_string()),
+        KillStore::Fs => store_fs::FsStore::open(
+            path.join("crawl.fs"),
+            store_fs::FsConfig::with_durability(durability),
+        )
+        .map(AnyStore::Fs)
         .map_err(|e| e.to_string()),
     }
 }

@@ -119,5 +119,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     match open_store(kind, std::path::Path::new(&args[2]), durability)? {
         workspace_tests::AnyStore::Sqlite(s) => run(s, first_id, seed),
+        workspace_tests::AnyStore::Fs(s) => run(s, first_id, seed),
     }
 }
