@@ -4,7 +4,7 @@
 //!
 //!     cargo run --release -p workspace-benches --bin store-disk -- STORE [N] [HOSTS]
 //!
-//! STORE is `sqlite` (or `fs` once store-fs lands). Prints one JSON object:
+//! STORE is `sqlite` or `fs`. Prints one JSON object:
 //! `push_ops_s`, `pop_ops_s`, `disk_bytes_per_req` (all files of the store after the
 //! pushes are durable), `avg_url_len`.
 #![allow(clippy::print_stdout)]
@@ -112,8 +112,16 @@ fn main() {
                 .expect("opening the database");
             measure(store, dir.path(), n, hosts)
         }
+        "fs" => {
+            let store = store_fs::FsStore::open(
+                dir.path().join("crawl.fs"),
+                store_fs::FsConfig::with_durability(durability),
+            )
+            .expect("opening the store directory");
+            measure(store, dir.path(), n, hosts)
+        }
         other => {
-            eprintln!("unknown store {other:?}");
+            eprintln!("unknown store {other:?} (sqlite, fs)");
             std::process::exit(2);
         }
     };
