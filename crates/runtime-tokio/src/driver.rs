@@ -57,7 +57,7 @@ struct Inner<S: Store> {
 }
 
 /// A frontier driven on tokio: cloneable handles for many tasks, `next` that sleeps
-/// exactly until something can be sent, store I/O on the blocking pool.
+/// exactly until something can be sent, store I/O off the executor.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -129,7 +129,8 @@ where
         self.inner.clock
     }
 
-    /// Runs `op` on the frontier: on tokio's blocking pool for stores whose calls block
+    /// Runs `op` on the frontier: off the executor (in place on the multi-threaded
+    /// runtime, on the blocking pool on the current-thread one) for stores whose calls block
     /// on I/O (so they never stall the executor), inline for in-memory stores.
     async fn blocking<R, F>(&self, op: F) -> Result<R, DriverError<S::Error>>
     where
@@ -166,12 +167,21 @@ where
             }
             out
         };
-        let out = if S::BLOCKING {
+        let multi_thread = matches!(
+            tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()),
+            Ok(tokio::runtime::RuntimeFlavor::MultiThread)
+        );
+        let out = if !S::BLOCKING {
+            run()
+        } else if multi_thread {
+            // On the multi-threaded runtime the store call runs on this worker thread,
+            // which hands its other tasks to another worker first: no thread handoff
+            // per call (spawn_blocking costs two).
+            tokio::task::block_in_place(run)
+        } else {
             tokio::task::spawn_blocking(run)
                 .await
                 .map_err(|e| DriverError::Blocking(e.to_string()))?
-        } else {
-            run()
         };
         out.ok_or(DriverError::Closed)
     }
@@ -204,7 +214,8 @@ where
     /// concurrently are served first come, first served.
     ///
     /// Cancel safety: dropping the future while it waits loses nothing, but dropping it
-    /// while a poll runs on the blocking pool can leave the lease that poll took in
+    /// while a poll runs on the blocking pool (current-thread runtime) can leave the
+    /// lease that poll took in
     /// flight (holding its scope slots) until the store is reopened, which delivers it
     /// again. Stop workers between leases, or only when shutting down.
     pub async fn next(&self) -> Option<Result<Lease, DriverError<S::Error>>> {

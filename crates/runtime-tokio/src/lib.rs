@@ -7,7 +7,10 @@
 //!   [`next`](Driver::next) (or the [`leases`](Driver::leases) stream), and
 //!   [`complete`](Driver::complete) or [`retry`](Driver::retry) it. `next` sleeps exactly
 //!   until the next scope or delayed request allows a send, and wakes early when a
-//!   completion frees a scope. Store calls run on tokio's blocking pool.
+//!   completion frees a scope. Calls into a persistent store never stall other tasks:
+//!   on the multi-threaded runtime they run in place after the worker hands its other
+//!   tasks over ([`block_in_place`](tokio::task::block_in_place), no thread handoff per
+//!   call); on the current-thread runtime they go to the blocking pool.
 //! - [`Throttle`]: the politeness engine alone, for code with its own queue:
 //!   [`acquire`](Throttle::acquire) waits until every scope of a request allows it and
 //!   serves the tasks waiting on a scope first come, first served; the
