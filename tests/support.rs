@@ -36,6 +36,7 @@ impl KillStore {
 }
 
 /// An opened store of any kind.
+#[allow(clippy::large_enum_variant)] // one per test process
 pub enum AnyStore {
     /// `store-sqlite`.
     Sqlite(store_sqlite::SqliteStore),

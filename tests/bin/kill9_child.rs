@@ -8,6 +8,7 @@
 //! - `C id`: request `id` is about to be completed (written before the store is asked);
 //! - `P n`: every request with an id below `n` (from FIRST_ID) has been pushed durably;
 //! - `A id`: request `id` was acknowledged durably.
+//!
 //! `P` and `A` lines are written after the flush that made them durable.
 #![allow(clippy::print_stdout)]
 

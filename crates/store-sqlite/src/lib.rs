@@ -89,21 +89,12 @@ pub const SCHEMA_VERSION: i64 = 1;
 pub const APPLICATION_ID: i64 = 0x4652_4f4e;
 
 /// Options of a [`SqliteStore`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SqliteOptions {
-    /// When changes become durable.
+    /// When changes become durable (default: group commit, see [`Durability`]).
     pub durability: Durability,
-    /// Run `PRAGMA quick_check` when opening (reads the whole file).
+    /// Run `PRAGMA quick_check` when opening (reads the whole file; default off).
     pub verify_on_open: bool,
-}
-
-impl Default for SqliteOptions {
-    fn default() -> Self {
-        SqliteOptions {
-            durability: Durability::default(),
-            verify_on_open: false,
-        }
-    }
 }
 
 /// What went wrong with a frontier database.
