@@ -58,6 +58,12 @@ pub struct Lease {
 }
 
 impl Lease {
+    /// A lease on `request` (for [`Scheduling`](crate::Scheduling) implementations that
+    /// hand out leases of their own).
+    pub fn new(id: LeaseId, request: Request) -> Self {
+        Lease { id, request }
+    }
+
     /// The lease's identity.
     pub fn id(&self) -> LeaseId {
         self.id

@@ -46,6 +46,8 @@
 //!   prefixes or a Bloom filter, import of Scrapy's `requests.seen`.
 //! - Leases with at-least-once delivery: [`Frontier::complete`], [`Frontier::retry`], and
 //!   redelivery of unacknowledged leases when a store is reopened.
+//! - The [`Scheduling`] trait the runtime drivers drive: implemented by [`Frontier`] and by
+//!   frontiers shared between processes (`store-redis`).
 //! - The synchronous [`Store`] trait, [`VolatileStore`] (persists nothing, leanest),
 //!   [`MemoryStore`] (the reference), and the store conformance suite (feature
 //!   `test-suite`).
@@ -65,6 +67,7 @@ mod frontier;
 mod group;
 mod request;
 mod scheduler;
+mod scheduling;
 mod stats;
 mod store;
 
@@ -75,6 +78,7 @@ pub use frontier::{Frontier, FrontierConfig, FrontierError, Lease, LeaseId, Poll
 pub use group::{InvalidGroupKey, InvalidRequest, group_key, host_scope, parse_group_key};
 pub use request::{Extras, Method, Request, ScopeAmount};
 pub use scheduler::Policy;
+pub use scheduling::Scheduling;
 pub use stats::FrontierStats;
 pub use store::{
     Durability, EntryMeta, MemoryStore, MemoryStoreError, RecoveryVisitor, Store, VolatileStore,

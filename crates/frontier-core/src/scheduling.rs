@@ -1,0 +1,345 @@
+//! The interface the runtime drivers drive: a frontier in this process
+//! ([`Frontier`](crate::Frontier) over any [`Store`](crate::Store)) or one shared by many
+//! processes (`store-redis`).
+//!
+//! It is the frontier's own run loop, nothing more: push requests, poll the next one that
+//! may go out at `now`, complete or retry it, and ask when to poll again. Every call takes
+//! `now`; an implementation that keeps its own clock (a shared frontier reading its
+//! server's time) maps the instants it returns onto the caller's `now`, so a driver can
+//! sleep on them.
+//!
+//! ```
+//! use frontier_core::{Frontier, Poll, Request, Scheduling};
+//! use throttle_core::{Outcome, Settings, Timestamp};
+//!
+//! /// Sends everything that is ready at `now`; works with any frontier.
+//! fn drain<F: Scheduling>(f: &mut F, now: Timestamp) -> Vec<String> {
+//!     let mut sent = Vec::new();
+//!     while let Ok(Poll::Ready(lease)) = f.poll(now) {
+//!         sent.push(lease.request.url.to_string());
+//!         f.complete(lease.id(), &Outcome::status(200), now).unwrap();
+//!     }
+//!     sent
+//! }
+//!
+//! let mut f = Frontier::in_memory(Settings::default(), Timestamp::ZERO).unwrap();
+//! Scheduling::push(&mut f, &Request::get("https://example.com/"), Timestamp::ZERO).unwrap();
+//! assert_eq!(drain(&mut f, Timestamp::ZERO), ["https://example.com/"]);
+//! assert_eq!(Scheduling::in_flight(&f), 0);
+//! ```
+
+use alloc::vec::Vec;
+
+use throttle_core::{CrawlDelayDecision, Outcome, QuotaReconcile, Timestamp};
+
+use crate::frontier::{Frontier, FrontierError, LeaseId, Poll, PushOutcome};
+use crate::request::Request;
+use crate::store::Store;
+
+/// A crawl frontier a runtime can drive: push, `poll(now)`, complete, retry,
+/// `poll_timeout`.
+///
+/// Implemented by [`Frontier`] (one process) and by the Redis-backed frontier of
+/// `store-redis` (many processes sharing one queue and one politeness budget). Errors are
+/// [`FrontierError`]s whose `Store` variant carries the implementation's own
+/// [`StoreError`](Scheduling::StoreError).
+pub trait Scheduling {
+    /// The error of the storage underneath (a file, a database, a Redis connection).
+    type StoreError: core::error::Error + 'static;
+    /// What [`close`](Scheduling::close) hands back (the store, to reopen it later).
+    type Closed;
+    /// Whether calls may block on I/O: runtimes then run them off the executor.
+    const BLOCKING: bool = true;
+
+    /// Queues a request unless it is a duplicate or too deep.
+    fn push(
+        &mut self,
+        request: &Request,
+        now: Timestamp,
+    ) -> Result<PushOutcome, FrontierError<Self::StoreError>>;
+
+    /// Queues many requests; implementations may batch them into one round trip.
+    fn push_all(
+        &mut self,
+        requests: &[Request],
+        now: Timestamp,
+    ) -> Result<Vec<PushOutcome>, FrontierError<Self::StoreError>> {
+        requests.iter().map(|r| self.push(r, now)).collect()
+    }
+
+    /// The next request that may be sent at `now`, leased; or why not and until when.
+    fn poll(&mut self, now: Timestamp) -> Result<Poll, FrontierError<Self::StoreError>>;
+
+    /// Acknowledges a lease with how it ended (feeding backoff). `false` if the lease is
+    /// unknown or already ended.
+    fn complete(
+        &mut self,
+        lease: LeaseId,
+        outcome: &Outcome<'_>,
+        now: Timestamp,
+    ) -> Result<bool, FrontierError<Self::StoreError>>;
+
+    /// Puts a lease back in the queue, its priority raised by `priority_adjust`, after its
+    /// outcome fed backoff. `false` if the lease is unknown or already ended.
+    fn retry(
+        &mut self,
+        lease: LeaseId,
+        outcome: &Outcome<'_>,
+        priority_adjust: i32,
+        now: Timestamp,
+    ) -> Result<bool, FrontierError<Self::StoreError>>;
+
+    /// The latest time to poll again if nothing completes in this process. A shared
+    /// frontier also names the next time it should look for work freed elsewhere.
+    #[must_use]
+    fn poll_timeout(&self) -> Option<Timestamp>;
+
+    /// Leases not yet completed or retried (for a shared frontier: by every worker, as of
+    /// the last call). A driver stops when the queue is empty and this is 0.
+    fn in_flight(&self) -> usize;
+
+    /// Holds back every request of `scope` for `secs` seconds (see
+    /// [`Throttler::delay_scope`](throttle_core::Throttler::delay_scope)).
+    fn delay_scope(
+        &mut self,
+        scope: &str,
+        secs: f64,
+        now: Timestamp,
+    ) -> Result<(), FrontierError<Self::StoreError>>;
+
+    /// Applies a robots.txt Crawl-delay (see
+    /// [`Throttler::handle_crawl_delay`](throttle_core::Throttler::handle_crawl_delay)).
+    fn handle_crawl_delay(
+        &mut self,
+        scope: &str,
+        secs: f64,
+        now: Timestamp,
+    ) -> Result<CrawlDelayDecision, FrontierError<Self::StoreError>>;
+
+    /// Corrects a scope's quota consumption (see
+    /// [`Throttler::reconcile_quota`](throttle_core::Throttler::reconcile_quota)).
+    fn reconcile_quota(
+        &mut self,
+        scope: &str,
+        how: QuotaReconcile,
+        now: Timestamp,
+    ) -> Result<(), FrontierError<Self::StoreError>>;
+
+    /// Makes every queue change so far durable (as far as the storage allows).
+    fn commit(&mut self) -> Result<(), FrontierError<Self::StoreError>>;
+
+    /// Makes everything durable now, learned throttle state included where kept.
+    fn flush(&mut self) -> Result<(), FrontierError<Self::StoreError>>;
+
+    /// Flushes and hands back what can be reopened later. Leases still out are not
+    /// acknowledged: they are delivered again.
+    fn close(self) -> Result<Self::Closed, FrontierError<Self::StoreError>>
+    where
+        Self: Sized;
+}
+
+impl<S: Store> Scheduling for Frontier<S> {
+    type StoreError = S::Error;
+    type Closed = S;
+    const BLOCKING: bool = S::BLOCKING;
+
+    fn push(
+        &mut self,
+        request: &Request,
+        now: Timestamp,
+    ) -> Result<PushOutcome, FrontierError<S::Error>> {
+        Frontier::push(self, request, now)
+    }
+
+    fn poll(&mut self, now: Timestamp) -> Result<Poll, FrontierError<S::Error>> {
+        Frontier::poll(self, now)
+    }
+
+    fn complete(
+        &mut self,
+        lease: LeaseId,
+        outcome: &Outcome<'_>,
+        now: Timestamp,
+    ) -> Result<bool, FrontierError<S::Error>> {
+        Frontier::complete(self, lease, outcome, now)
+    }
+
+    fn retry(
+        &mut self,
+        lease: LeaseId,
+        outcome: &Outcome<'_>,
+        priority_adjust: i32,
+        now: Timestamp,
+    ) -> Result<bool, FrontierError<S::Error>> {
+        Frontier::retry(self, lease, outcome, priority_adjust, now)
+    }
+
+    fn poll_timeout(&self) -> Option<Timestamp> {
+        Frontier::poll_timeout(self)
+    }
+
+    fn in_flight(&self) -> usize {
+        Frontier::in_flight(self)
+    }
+
+    fn delay_scope(
+        &mut self,
+        scope: &str,
+        secs: f64,
+        now: Timestamp,
+    ) -> Result<(), FrontierError<S::Error>> {
+        Frontier::delay_scope(self, scope, secs, now)
+    }
+
+    fn handle_crawl_delay(
+        &mut self,
+        scope: &str,
+        secs: f64,
+        now: Timestamp,
+    ) -> Result<CrawlDelayDecision, FrontierError<S::Error>> {
+        Frontier::handle_crawl_delay(self, scope, secs, now)
+    }
+
+    fn reconcile_quota(
+        &mut self,
+        scope: &str,
+        how: QuotaReconcile,
+        now: Timestamp,
+    ) -> Result<(), FrontierError<S::Error>> {
+        Frontier::reconcile_quota(self, scope, how, now)
+    }
+
+    fn commit(&mut self) -> Result<(), FrontierError<S::Error>> {
+        Frontier::commit(self)
+    }
+
+    fn flush(&mut self) -> Result<(), FrontierError<S::Error>> {
+        Frontier::flush(self)
+    }
+
+    fn close(self) -> Result<S, FrontierError<S::Error>> {
+        Frontier::into_store(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{MemoryStore, VolatileStore};
+    use alloc::string::{String, ToString};
+    use throttle_core::{ScopeConfig, Settings};
+
+    /// A generic run loop, written only against the trait.
+    fn run<F: Scheduling>(f: &mut F, mut now: Timestamp) -> Vec<(u64, String)> {
+        let mut log = Vec::new();
+        loop {
+            match f.poll(now).ok().unwrap() {
+                Poll::Ready(lease) => {
+                    log.push((
+                        now.as_nanos() / 1_000_000_000,
+                        lease.request.url.to_string(),
+                    ));
+                    assert!(
+                        f.complete(lease.id(), &Outcome::status(200), now)
+                            .ok()
+                            .unwrap()
+                    );
+                    assert!(
+                        !f.complete(lease.id(), &Outcome::status(200), now)
+                            .ok()
+                            .unwrap()
+                    );
+                }
+                Poll::NotUntil(t) => {
+                    assert!(t > now);
+                    assert!(f.poll_timeout().is_some_and(|p| p <= t));
+                    now = t;
+                }
+                Poll::Blocked => panic!("nothing is in flight"),
+                Poll::Empty => return log,
+            }
+        }
+    }
+
+    fn settings() -> Settings {
+        Settings::default()
+            .without_jitter()
+            .with_scope("a.com", ScopeConfig::new().delay(2.0))
+    }
+
+    #[test]
+    fn frontier_through_the_trait_spaces_a_scope() {
+        let mut f = Frontier::in_memory(settings(), Timestamp::ZERO).unwrap();
+        let reqs = [
+            Request::get("https://a.com/1"),
+            Request::get("https://a.com/2"),
+            Request::get("https://b.com/1"),
+        ];
+        let out = Scheduling::push_all(&mut f, &reqs, Timestamp::ZERO).unwrap();
+        assert!(out.iter().all(|o| matches!(o, PushOutcome::Queued(_))));
+        assert_eq!(
+            Scheduling::push(&mut f, &reqs[0], Timestamp::ZERO).unwrap(),
+            PushOutcome::Duplicate
+        );
+        let log = run(&mut f, Timestamp::ZERO);
+        assert_eq!(
+            log,
+            [
+                (0, "https://a.com/2".to_string()),
+                (0, "https://b.com/1".to_string()),
+                (2, "https://a.com/1".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn retry_and_close_through_the_trait() {
+        let store = MemoryStore::new();
+        let mut f = Frontier::open(settings(), Default::default(), store, Timestamp::ZERO).unwrap();
+        Scheduling::push(&mut f, &Request::get("https://b.com/x"), Timestamp::ZERO).unwrap();
+        let Poll::Ready(lease) = Scheduling::poll(&mut f, Timestamp::ZERO).unwrap() else {
+            panic!("ready")
+        };
+        assert_eq!(Scheduling::in_flight(&f), 1);
+        let failed = Outcome::error("timeout");
+        assert!(Scheduling::retry(&mut f, lease.id(), &failed, -1, Timestamp::ZERO).unwrap());
+        assert_eq!(Scheduling::in_flight(&f), 0);
+        // The retry fed backoff: the host waits its first backoff step (1 s).
+        assert_eq!(
+            Scheduling::poll(&mut f, Timestamp::ZERO).unwrap(),
+            Poll::NotUntil(Timestamp::from_secs(1))
+        );
+        Scheduling::commit(&mut f).unwrap();
+        let store = Scheduling::close(f).unwrap();
+        let mut f = Frontier::open(settings(), Default::default(), store, Timestamp::ZERO).unwrap();
+        assert_eq!(f.len(), 1, "the retried request survives a close");
+        assert!(matches!(
+            f.poll(Timestamp::from_secs(1)),
+            Ok(Poll::Ready(_))
+        ));
+    }
+
+    #[test]
+    fn controls_through_the_trait() {
+        let mut f: Frontier<VolatileStore> =
+            Frontier::in_memory(settings(), Timestamp::ZERO).unwrap();
+        Scheduling::push(&mut f, &Request::get("https://c.com/"), Timestamp::ZERO).unwrap();
+        Scheduling::delay_scope(&mut f, "c.com", 5.0, Timestamp::ZERO).unwrap();
+        assert_eq!(
+            Scheduling::poll(&mut f, Timestamp::ZERO).unwrap(),
+            Poll::NotUntil(Timestamp::from_secs(5))
+        );
+        let d = Scheduling::handle_crawl_delay(&mut f, "c.com", 3.0, Timestamp::ZERO).unwrap();
+        assert!(matches!(d, CrawlDelayDecision::Applied { .. }));
+        assert!(
+            Scheduling::reconcile_quota(
+                &mut f,
+                "c.com",
+                QuotaReconcile::Consumed(1.0),
+                Timestamp::ZERO
+            )
+            .is_ok()
+        );
+        Scheduling::flush(&mut f).unwrap();
+    }
+}
