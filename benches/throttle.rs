@@ -96,7 +96,7 @@ fn decisions(c: &mut Criterion) {
                 ];
                 match throttler.try_acquire(&uses, now) {
                     Ok(permit) => {
-                        let outcome = if k % 100 == 0 { &limited } else { &ok };
+                        let outcome = if k.is_multiple_of(100) { &limited } else { &ok };
                         black_box(throttler.release(permit, outcome, now));
                     }
                     Err(why) => {

@@ -47,7 +47,7 @@ async fn a_thousand_tasks_on_a_hundred_scopes() {
                 let b = (task * 13 + n as usize * 3) % SCOPES;
                 let names = [format!("s{a}"), format!("s{b}")];
                 // One request in eight needs two scopes (a host and an IP, say).
-                let uses: Vec<ScopeUse<'_>> = if a == b || (task + n as usize) % 8 != 0 {
+                let uses: Vec<ScopeUse<'_>> = if a == b || !(task + n as usize).is_multiple_of(8) {
                     vec![ScopeUse::new(&names[0])]
                 } else {
                     vec![ScopeUse::new(&names[0]), ScopeUse::new(&names[1])]
@@ -71,7 +71,7 @@ async fn a_thousand_tasks_on_a_hundred_scopes() {
                 }
                 // Mixed outcomes (500 is not a backoff trigger: a backed-off scope would
                 // drain its waiters at one a second and turn this into a timing test).
-                let status = if (task + n as usize) % 7 == 0 {
+                let status = if (task + n as usize).is_multiple_of(7) {
                     500
                 } else {
                     200

@@ -490,13 +490,14 @@ impl Settings {
                 "must be at least 1".into(),
             ));
         }
-        if let Some(c) = scope.concurrency {
-            if c != 0 && c < min_c {
-                return Err(ConfigError::new(
-                    &key("concurrency"),
-                    format!("must not be below min_concurrency ({c} < {min_c})"),
-                ));
-            }
+        if let Some(c) = scope.concurrency
+            && c != 0
+            && c < min_c
+        {
+            return Err(ConfigError::new(
+                &key("concurrency"),
+                format!("must not be below min_concurrency ({c} < {min_c})"),
+            ));
         }
         let max_c = scope.max_concurrency.unwrap_or(self.concurrent_requests);
         if max_c != 0 && max_c < min_c {
@@ -511,13 +512,13 @@ impl Settings {
         if let Some(j) = scope.jitter {
             j.validate(&key("jitter"))?;
         }
-        if let Some(q) = scope.quota {
-            if !q.is_finite() || q <= 0.0 {
-                return Err(ConfigError::new(
-                    &key("quota"),
-                    format!("must be a positive number, got {q}"),
-                ));
-            }
+        if let Some(q) = scope.quota
+            && (!q.is_finite() || q <= 0.0)
+        {
+            return Err(ConfigError::new(
+                &key("quota"),
+                format!("must be a positive number, got {q}"),
+            ));
         }
         if let Some(w) = scope.window {
             positive_secs(key("window"), w)?;
@@ -526,13 +527,13 @@ impl Settings {
             if let Some(t) = r.backoff_target {
                 backoff_target(key("rampup.backoff_target"), t)?;
             }
-            if let Some(f) = r.delay_factor {
-                if !f.is_finite() || f <= 0.0 || f >= 1.0 {
-                    return Err(ConfigError::new(
-                        &key("rampup.delay_factor"),
-                        format!("must be between 0 and 1 (exclusive), got {f}"),
-                    ));
-                }
+            if let Some(f) = r.delay_factor
+                && (!f.is_finite() || f <= 0.0 || f >= 1.0)
+            {
+                return Err(ConfigError::new(
+                    &key("rampup.delay_factor"),
+                    format!("must be between 0 and 1 (exclusive), got {f}"),
+                ));
             }
             if let Some(d) = r.min_delay {
                 non_negative_secs(key("rampup.min_delay"), d)?;

@@ -165,10 +165,8 @@ fn ratelimit_field_secs(value: &[u8]) -> Option<f64> {
             let key = part[..eq].trim_ascii();
             let is_reset = (i == 0 && key.eq_ignore_ascii_case(b"reset"))
                 || (i > 0 && key.eq_ignore_ascii_case(b"t"));
-            if is_reset {
-                if let Some(s) = decimal_seconds(&part[eq + 1..]) {
-                    best = Some(best.map_or(s, |b: f64| b.max(s)));
-                }
+            if is_reset && let Some(s) = decimal_seconds(&part[eq + 1..]) {
+                best = Some(best.map_or(s, |b: f64| b.max(s)));
             }
         }
     }
@@ -269,7 +267,7 @@ impl DateParts {
 }
 
 fn is_leap(y: u32) -> bool {
-    (y % 4 == 0 && y % 100 != 0) || y % 400 == 0
+    (y.is_multiple_of(4) && !y.is_multiple_of(100)) || y.is_multiple_of(400)
 }
 
 fn days_in_month(y: u32, m: u32) -> u32 {

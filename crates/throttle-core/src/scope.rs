@@ -289,13 +289,12 @@ impl ScopeState {
     /// before a rampup boundary at the same instant).
     pub(crate) fn advance(&mut self, p: &ScopeParams, now: Timestamp) {
         if let (Some(start), Some(_), false) = (self.quota_start, p.quota, p.quota_window.is_zero())
+            && let Some(elapsed) = now.checked_duration_since(start)
         {
-            if let Some(elapsed) = now.checked_duration_since(start) {
-                let windows = div_duration(elapsed, p.quota_window);
-                if windows > 0 {
-                    self.quota_start = Some(start + mul_duration(p.quota_window, windows));
-                    self.consumed = 0.0;
-                }
+            let windows = div_duration(elapsed, p.quota_window);
+            if windows > 0 {
+                self.quota_start = Some(start + mul_duration(p.quota_window, windows));
+                self.consumed = 0.0;
             }
         }
         let window = p.backoff_window;
@@ -320,11 +319,13 @@ impl ScopeState {
                 let Some(r) = p.rampup else { break };
                 self.rampup_boundary(p, &r);
                 // Nothing left to gain: skip the remaining quiet windows in one jump.
-                if self.level == 0 && self.window_triggers == 0 && self.ramp_saturated(p, &r) {
-                    if let Some(start) = self.ramp_start {
-                        let skip = div_duration(now.saturating_duration_since(start), window);
-                        self.ramp_start = Some(start + mul_duration(window, skip));
-                    }
+                if self.level == 0
+                    && self.window_triggers == 0
+                    && self.ramp_saturated(p, &r)
+                    && let Some(start) = self.ramp_start
+                {
+                    let skip = div_duration(now.saturating_duration_since(start), window);
+                    self.ramp_start = Some(start + mul_duration(window, skip));
                 }
             }
         }
@@ -381,10 +382,11 @@ impl ScopeState {
     /// Whether a request consuming `amount` of this scope may go at `now`.
     pub(crate) fn gate(&self, p: &ScopeParams, amount: f64, now: Timestamp) -> Gate {
         let mut until = self.hard_until.max(self.next_allowed);
-        if let (Some(q), Some(start)) = (p.quota, self.quota_start) {
-            if self.consumed > 0.0 && self.consumed + amount > q {
-                until = until.max(start + p.quota_window);
-            }
+        if let (Some(q), Some(start)) = (p.quota, self.quota_start)
+            && self.consumed > 0.0
+            && self.consumed + amount > q
+        {
+            until = until.max(start + p.quota_window);
         }
         // A full scope needs a completion whatever the clock says, so it is reported first.
         if self.concurrency != 0 && self.active >= self.concurrency {
@@ -455,11 +457,11 @@ impl ScopeState {
         if let Some(h) = header {
             self.hard_until = self.hard_until.max(now + h);
         }
-        if let Some(r) = p.rampup {
-            if self.window_triggers <= r.target.high {
-                event!(debug, scope = %self.name, window_triggers = self.window_triggers, "rampup: trigger within target, rate held");
-                return;
-            }
+        if let Some(r) = p.rampup
+            && self.window_triggers <= r.target.high
+        {
+            event!(debug, scope = %self.name, window_triggers = self.window_triggers, "rampup: trigger within target, rate held");
+            return;
         }
         self.level = self.level.saturating_add(1).min(MAX_LEVEL);
         self.backoff_anchor = now;

@@ -68,11 +68,11 @@ impl Waiters {
 
     /// Queues `t` to look again (once, however often it is woken before it does).
     pub(crate) fn wake(&mut self, t: u64) {
-        if let Some(e) = self.entries.get_mut(&t) {
-            if !e.wake_queued {
-                e.wake_queued = true;
-                self.wake.push_back(t);
-            }
+        if let Some(e) = self.entries.get_mut(&t)
+            && !e.wake_queued
+        {
+            e.wake_queued = true;
+            self.wake.push_back(t);
         }
     }
 
@@ -85,14 +85,14 @@ impl Waiters {
     /// by the global cap, and wake that request.
     pub(crate) fn wake_global(&mut self) {
         while let Some(t) = self.global.pop_front() {
-            if let Some(e) = self.entries.get_mut(&t) {
-                if e.in_global {
-                    e.in_global = false;
-                    e.holds_global = true;
-                    self.reserved += 1;
-                    self.wake(t);
-                    return;
-                }
+            if let Some(e) = self.entries.get_mut(&t)
+                && e.in_global
+            {
+                e.in_global = false;
+                e.holds_global = true;
+                self.reserved += 1;
+                self.wake(t);
+                return;
             }
         }
     }
@@ -116,21 +116,21 @@ impl Waiters {
     }
 
     pub(crate) fn block_on_global(&mut self, t: u64) {
-        if let Some(e) = self.entries.get_mut(&t) {
-            if !e.in_global {
-                e.in_global = true;
-                self.global.push_back(t);
-            }
+        if let Some(e) = self.entries.get_mut(&t)
+            && !e.in_global
+        {
+            e.in_global = true;
+            self.global.push_back(t);
         }
     }
 
     /// Wakes `t` at `at` (replacing an earlier schedule).
     pub(crate) fn schedule(&mut self, t: u64, at: Timestamp) {
-        if let Some(e) = self.entries.get_mut(&t) {
-            if e.deadline != Some(at) {
-                e.deadline = Some(at);
-                self.timers.push(Reverse((at, t)));
-            }
+        if let Some(e) = self.entries.get_mut(&t)
+            && e.deadline != Some(at)
+        {
+            e.deadline = Some(at);
+            self.timers.push(Reverse((at, t)));
         }
     }
 

@@ -267,12 +267,12 @@ fn run_timeline(seed: u64, ops: &[Op]) -> Result<(), TestCaseError> {
                     for &i in &scopes {
                         let name = SCOPES[i];
                         last_trigger.insert(name, now);
-                        if let Done::RetryAfter(_, secs) = done {
-                            if *secs > 0 {
-                                let h = Duration::from_secs(u64::from((*secs).min(300)));
-                                let m = models.entry(name).or_default();
-                                m.hard_until = m.hard_until.max(now + h);
-                            }
+                        if let Done::RetryAfter(_, secs) = done
+                            && *secs > 0
+                        {
+                            let h = Duration::from_secs(u64::from((*secs).min(300)));
+                            let m = models.entry(name).or_default();
+                            m.hard_until = m.hard_until.max(now + h);
                         }
                     }
                 }
