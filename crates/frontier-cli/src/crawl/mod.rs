@@ -1,0 +1,887 @@
+//! `frontier crawl`: a polite, resumable crawler built on the frontier.
+//!
+//! Every fetch goes through the frontier, so throttling, backoff, dedup and persistence
+//! apply to all of them: pages, robots.txt files and redirect hops alike.
+//!
+//! - **Workers**: `concurrent_requests` tasks each take the next ready request from the
+//!   [`Driver`], fetch it with reqwest (redirects are not followed by the client) and
+//!   end the lease with the response's outcome, which feeds backoff.
+//! - **robots.txt**: the first page leased on an origin whose robots.txt is unknown is
+//!   put back (its outcome "cancelled", so no backoff) behind a robots.txt request with
+//!   a higher priority; pages leased while it is in flight wait for it. Disallowed pages
+//!   are dropped, counted and written to `--out` with an error; a `Crawl-delay` goes to
+//!   the throttler. 4xx answers allow everything; after its retries a robots.txt that
+//!   cannot be fetched allows everything too (Scrapy does the same).
+//! - **Retries**: 5xx, 429 (by default Scrapy's `RETRY_HTTP_CODES`), timeouts and
+//!   connection errors are retried up to `retry_times` through
+//!   [`Driver::retry`], with `retry_priority_adjust`. Retry counts live in memory: a
+//!   resumed crawl starts them again, as Scrapy does.
+//! - **Redirects**: each hop is a new request (same depth, `redirect_priority_adjust`,
+//!   hop count in its `meta`), so dedup and throttling apply; a `Retry-After` on the
+//!   redirect becomes the hop's per-request delay, capped at `redirect_max_delay`.
+//! - **Links**: `<a href>` and `<area href>` of HTML pages, resolved against the page
+//!   (or `<base href>`), kept when their host is in the allowed domains (default: the
+//!   seeds' hosts and their subdomains), pushed with depth + 1.
+//! - **Nothing lost**: a page's line is written to `--out` before its lease is
+//!   completed, and its links are pushed before that; each completion is committed
+//!   ([`Driver::commit`]) before the worker moves on. So a `kill -9` repeats at most
+//!   the requests in flight, and a rerun with the same store resumes.
+
+mod links;
+mod output;
+mod robots;
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use frontier_core::{
+    Frontier, FrontierConfig, FrontierError, Lease, PushOutcome, Request, Store, host_scope,
+};
+use runtime_tokio::{Clock, Driver, DriverError, unix_now};
+use serde::Serialize;
+use store_fs::{FsConfig, FsStore};
+use store_sqlite::{SqliteOptions, SqliteStore};
+use throttle_core::Outcome;
+use tokio::sync::watch;
+use url::Url;
+
+pub use links::{allowed_domain, extract_links};
+pub use output::{OutFile, PageLine};
+pub use robots::{Rules, parse as parse_robots};
+
+use crate::config::{Config, CrawlSettings};
+use crate::progress::{Progress, ProgressMode};
+use crate::stores::StoreKind;
+
+/// The callback name of page requests.
+pub const PAGE: &str = "page";
+/// The callback name of robots.txt requests.
+pub const ROBOTS: &str = "robots";
+/// Priority of robots.txt requests: ahead of every page of their host.
+const ROBOTS_PRIORITY: i32 = 1 << 24;
+
+/// What to crawl and how.
+#[derive(Clone, Debug)]
+pub struct CrawlOptions {
+    /// Start URLs (pushed as start requests; already-seen ones are skipped on resume).
+    pub seeds: Vec<String>,
+    /// Domains whose links are followed (with subdomains); empty: the seeds' hosts.
+    pub allow_domains: Vec<String>,
+    /// Stop after this many pages were finished in this run.
+    pub max_pages: Option<u64>,
+    /// Settings (throttling, ordering, depth limit, crawler).
+    pub config: Config,
+    /// Where the frontier is kept.
+    pub store: PathBuf,
+    /// Which store (detected from the path when `None`).
+    pub store_kind: Option<StoreKind>,
+    /// The JSON-lines output, appended to.
+    pub out: Option<PathBuf>,
+    /// DNS overrides (host → address), like curl's `--resolve`.
+    pub resolve: Vec<(String, SocketAddr)>,
+    /// How progress is shown.
+    pub progress: ProgressMode,
+}
+
+/// Counters of one scope (host) in this run.
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct HostStats {
+    /// New requests queued for it (links, seeds, redirect hops).
+    pub queued: u64,
+    /// HTTP exchanges (every attempt, robots.txt included).
+    pub fetches: u64,
+    /// Pages finished (final outcome written to `--out`).
+    pub pages: u64,
+    /// Pages finished with a 2xx status.
+    pub ok: u64,
+    /// Pages finished with a redirect.
+    pub redirects: u64,
+    /// Pages finished with another status or an error.
+    pub failed: u64,
+    /// 429 answers seen (every attempt).
+    pub rate_limited: u64,
+    /// Retries scheduled.
+    pub retries: u64,
+    /// Pages robots.txt disallowed (never fetched).
+    pub disallowed: u64,
+    /// Body bytes received.
+    pub bytes: u64,
+}
+
+/// The state of one scope at the end (or now).
+#[derive(Clone, Debug, Default, Serialize, PartialEq)]
+pub struct ScopeRow {
+    /// The scope (a host, with its port when not the default).
+    pub scope: String,
+    /// Counters of this run.
+    #[serde(flatten)]
+    pub stats: HostStats,
+    /// Current delay between sends, in seconds.
+    pub delay: f64,
+    /// Current concurrency limit (0 = unlimited).
+    pub concurrency: u32,
+    /// Backoff level.
+    pub level: u32,
+    /// Requests in flight.
+    pub active: u32,
+}
+
+/// Why a crawl ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// Nothing left to fetch.
+    Finished,
+    /// `max_pages` reached; the rest stays queued.
+    MaxPages,
+    /// Asked to stop (Ctrl-C); the rest stays queued.
+    Interrupted,
+}
+
+/// The end of a crawl.
+#[derive(Clone, Debug, Serialize)]
+pub struct CrawlSummary {
+    /// Why it ended.
+    pub stop: StopReason,
+    /// Requests the store held when the crawl started (a resumed crawl).
+    pub resumed_with: u64,
+    /// Requests left in the store.
+    pub left: u64,
+    /// Pages finished in this run.
+    pub pages: u64,
+    /// Wall time of this run, in seconds.
+    pub elapsed: f64,
+    /// Per scope, sorted by name.
+    pub scopes: Vec<ScopeRow>,
+    /// Stored requests that could not be decoded and were dropped (reported on stderr).
+    pub corrupt: u64,
+}
+
+/// A stop switch: [`Stopper::stop`] makes workers finish what they hold and end.
+#[derive(Clone, Debug)]
+pub struct Stopper {
+    tx: Arc<watch::Sender<bool>>,
+}
+
+impl Default for Stopper {
+    fn default() -> Self {
+        Stopper {
+            tx: Arc::new(watch::channel(false).0),
+        }
+    }
+}
+
+impl Stopper {
+    /// Asks the crawl to stop.
+    pub fn stop(&self) {
+        self.tx.send_replace(true);
+    }
+
+    /// Whether a stop was asked for.
+    pub fn is_stopped(&self) -> bool {
+        *self.tx.borrow()
+    }
+
+    async fn stopped(&self) {
+        let mut rx = self.tx.subscribe();
+        // The sender lives as long as `self`.
+        let _ = rx.wait_for(|s| *s).await;
+    }
+}
+
+/// Runs a crawl until it finishes, reaches `max_pages`, or `stopper` is used; returns
+/// the summary. The store is flushed and closed before this returns.
+pub async fn crawl(options: CrawlOptions, stopper: Stopper) -> anyhow::Result<CrawlSummary> {
+    let kind = StoreKind::resolve(options.store_kind, &options.store)?;
+    match kind {
+        StoreKind::Sqlite => {
+            let store = SqliteStore::open(&options.store, SqliteOptions::default())?;
+            run(store, options, stopper).await
+        }
+        StoreKind::Fs => {
+            let store = FsStore::open(&options.store, FsConfig::default())?;
+            run(store, options, stopper).await
+        }
+    }
+}
+
+/// The shared state of one crawl's workers.
+struct Ctx<S: Store> {
+    driver: Driver<S>,
+    client: reqwest::Client,
+    crawl: CrawlSettings,
+    allow: Vec<String>,
+    robots: robots::RobotsCache,
+    retries: Mutex<HashMap<Box<str>, u32>>,
+    out: Option<OutFile>,
+    stats: Mutex<BTreeMap<String, HostStats>>,
+    pages: AtomicU64,
+    corrupt: AtomicU64,
+    max_pages: Option<u64>,
+    stopper: Stopper,
+    limited: Mutex<Option<StopReason>>,
+}
+
+type Res = anyhow::Result<()>;
+
+async fn run<S>(store: S, options: CrawlOptions, stopper: Stopper) -> anyhow::Result<CrawlSummary>
+where
+    S: Store + Send + 'static,
+    S::Handle: Send,
+    S::Error: std::error::Error + Send + Sync + 'static,
+{
+    let started = Instant::now();
+    let config = options.config;
+    let workers = config.settings.concurrent_requests as usize;
+    let clock = Clock::wall();
+    let frontier = Frontier::open(
+        config.settings.clone(),
+        FrontierConfig::default(),
+        store,
+        clock.now(),
+    )
+    .map_err(|e| anyhow::anyhow!("{}: {e}", options.store.display()))?;
+    let resumed_with = frontier.len() as u64;
+    let driver = Driver::new(frontier, clock);
+
+    let mut allow = options.allow_domains.clone();
+    let mut seeds = Vec::new();
+    for seed in &options.seeds {
+        let url = Url::parse(seed)
+            .map_err(|e| anyhow::anyhow!("seed {seed:?} is not an absolute URL: {e}"))?;
+        if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+            anyhow::bail!("seed {seed:?}: only http and https URLs can be crawled");
+        }
+        if options.allow_domains.is_empty() {
+            let host = url.host_str().unwrap_or_default().to_string();
+            if !allow.contains(&host) {
+                allow.push(host);
+            }
+        }
+        seeds.push(url);
+    }
+
+    let out = match &options.out {
+        Some(path) => Some(OutFile::open(path)?),
+        None => None,
+    };
+    let ctx = Arc::new(Ctx {
+        driver: driver.clone(),
+        client: client(&config.crawl, &options.resolve)?,
+        crawl: config.crawl.clone(),
+        allow,
+        robots: robots::RobotsCache::default(),
+        retries: Mutex::new(HashMap::new()),
+        out,
+        stats: Mutex::new(BTreeMap::new()),
+        pages: AtomicU64::new(0),
+        corrupt: AtomicU64::new(0),
+        max_pages: options.max_pages,
+        stopper: stopper.clone(),
+        limited: Mutex::new(None),
+    });
+
+    // Seeds: start requests; on a resumed crawl the duplicate filter skips them.
+    let requests: Vec<Request> = seeds
+        .iter()
+        .map(|u| Request::get(u.as_str()).callback(PAGE).start())
+        .collect();
+    let outcomes = driver.push_all(requests).await?;
+    for (url, outcome) in seeds.iter().zip(outcomes) {
+        if let PushOutcome::Queued(_) = outcome {
+            ctx.count(url.as_str(), |s| s.queued += 1);
+        }
+    }
+    driver.commit().await?;
+
+    let progress = Progress::start(options.progress, resumed_with);
+    let flusher = tokio::spawn(driver.clone().flush_every(Duration::from_secs(5)));
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..workers {
+        let ctx = ctx.clone();
+        tasks.spawn(async move { ctx.worker().await });
+    }
+    let mut failure = None;
+    loop {
+        tokio::select! {
+            joined = tasks.join_next() => match joined {
+                None => break,
+                Some(Ok(Ok(()))) => {}
+                Some(Ok(Err(e))) => {
+                    failure.get_or_insert(e);
+                    stopper.stop();
+                }
+                Some(Err(e)) => {
+                    failure.get_or_insert(anyhow::anyhow!("a crawl worker failed: {e}"));
+                    stopper.stop();
+                }
+            },
+            () = tokio::time::sleep(progress.interval()) => {
+                let rows = ctx.rows().await;
+                progress.update(&rows, ctx.pages.load(Ordering::Relaxed));
+            }
+        }
+    }
+    flusher.abort();
+    let rows = ctx.rows().await;
+    progress.finish(&rows);
+    let left = driver.inspect(|f| f.len() as u64).await.unwrap_or(0);
+    driver.shutdown().await?;
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    let stop = if stopper.is_stopped() {
+        lock(&ctx.limited).unwrap_or(StopReason::Interrupted)
+    } else {
+        StopReason::Finished
+    };
+    Ok(CrawlSummary {
+        stop,
+        resumed_with,
+        left,
+        pages: ctx.pages.load(Ordering::Relaxed),
+        elapsed: started.elapsed().as_secs_f64(),
+        scopes: rows,
+        corrupt: ctx.corrupt.load(Ordering::Relaxed),
+    })
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn client(
+    crawl: &CrawlSettings,
+    resolve: &[(String, SocketAddr)],
+) -> anyhow::Result<reqwest::Client> {
+    #[cfg(feature = "tls")]
+    {
+        // Several crates may ask; the first provider installed wins, which is fine.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+    let mut builder = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs_f64(crawl.download_timeout))
+        .connect_timeout(Duration::from_secs_f64(crawl.download_timeout.min(30.0)))
+        .user_agent(&crawl.user_agent)
+        .pool_max_idle_per_host(16);
+    for (host, addr) in resolve {
+        builder = builder.resolve(host, *addr);
+    }
+    builder
+        .build()
+        .map_err(|e| anyhow::anyhow!("cannot build the HTTP client: {e}"))
+}
+
+/// The error kind a failed exchange reports to backoff.
+fn error_kind(e: &reqwest::Error) -> &'static str {
+    if e.is_timeout() {
+        "timeout"
+    } else if e.is_body() || e.is_decode() {
+        "data_loss"
+    } else {
+        "connection"
+    }
+}
+
+/// An error with its causes, on one line.
+fn describe(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let s_text = s.to_string();
+        if !text.contains(&s_text) {
+            text.push_str(": ");
+            text.push_str(&s_text);
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// The redirect hops a request already made, from its `meta`.
+fn hops(request: &Request) -> u32 {
+    request
+        .extras
+        .as_ref()
+        .and_then(|e| std::str::from_utf8(&e.meta).ok())
+        .and_then(|m| m.strip_prefix("redirects="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// How one exchange ended.
+enum Fetched {
+    Response {
+        status: u16,
+        headers: Vec<(String, Vec<u8>)>,
+        body: Vec<u8>,
+        content_type: Option<String>,
+    },
+    Failed {
+        kind: &'static str,
+        message: String,
+    },
+}
+
+impl<S> Ctx<S>
+where
+    S: Store + Send + 'static,
+    S::Handle: Send,
+    S::Error: std::error::Error + Send + Sync + 'static,
+{
+    fn count(&self, url: &str, f: impl FnOnce(&mut HostStats)) {
+        let scope = host_scope(url).unwrap_or_else(|_| "-".to_string());
+        f(lock(&self.stats).entry(scope).or_default());
+    }
+
+    async fn rows(&self) -> Vec<ScopeRow> {
+        let stats = lock(&self.stats).clone();
+        let names: Vec<String> = stats.keys().cloned().collect();
+        let live = self
+            .driver
+            .inspect(move |f| {
+                let throttler = f.throttler();
+                let scopes: HashMap<&str, _> = throttler.scopes().collect();
+                names
+                    .iter()
+                    .map(|n| scopes.get(n.as_str()).copied())
+                    .collect::<Vec<_>>()
+            })
+            .await
+            .unwrap_or_default();
+        stats
+            .into_iter()
+            .zip(live.into_iter().chain(std::iter::repeat(None)))
+            .map(|((scope, stats), live)| {
+                let mut row = ScopeRow {
+                    scope,
+                    stats,
+                    ..ScopeRow::default()
+                };
+                if let Some(s) = live {
+                    row.delay = s.delay;
+                    row.concurrency = s.concurrency;
+                    row.level = s.level;
+                    row.active = s.active;
+                }
+                row
+            })
+            .collect()
+    }
+
+    async fn worker(self: Arc<Self>) -> Res {
+        loop {
+            if self.stopper.is_stopped() {
+                return Ok(());
+            }
+            let next = tokio::select! {
+                biased;
+                () = self.stopper.stopped() => return Ok(()),
+                next = self.driver.next() => next,
+            };
+            let lease = match next {
+                None => return Ok(()),
+                Some(Ok(lease)) => lease,
+                Some(Err(DriverError::Frontier(FrontierError::Corrupt { lease, source }))) => {
+                    // Never silent: say which record, drop it, go on with the rest.
+                    eprintln!("frontier: dropping stored request #{}: {source}", lease.0);
+                    self.corrupt.fetch_add(1, Ordering::Relaxed);
+                    self.driver.complete(lease, Outcome::Cancelled).await?;
+                    continue;
+                }
+                Some(Err(DriverError::Closed)) => return Ok(()),
+                Some(Err(e)) => return Err(e.into()),
+            };
+            if self.stopper.is_stopped() {
+                // Put it back (it would be delivered again anyway).
+                self.driver.retry(lease.id(), Outcome::Cancelled, 0).await?;
+                return Ok(());
+            }
+            match lease.request.callback.as_deref() {
+                Some(ROBOTS) => self.robots_txt(lease).await?,
+                _ => self.page(lease).await?,
+            }
+        }
+    }
+
+    async fn fetch(&self, url: &str) -> Fetched {
+        let response = match self.client.get(url).send().await {
+            Ok(r) => r,
+            Err(e) => {
+                return Fetched::Failed {
+                    kind: error_kind(&e),
+                    message: describe(&e),
+                };
+            }
+        };
+        let status = response.status().as_u16();
+        let headers: Vec<(String, Vec<u8>)> = response
+            .headers()
+            .iter()
+            .map(|(k, v)| (k.as_str().to_string(), v.as_bytes().to_vec()))
+            .collect();
+        let content_type = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let mut response = response;
+        let mut body = Vec::new();
+        loop {
+            match response.chunk().await {
+                Ok(Some(chunk)) => {
+                    let room = (self.crawl.download_maxsize as usize).saturating_sub(body.len());
+                    body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+                    if chunk.len() > room {
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    return Fetched::Failed {
+                        kind: error_kind(&e),
+                        message: describe(&e),
+                    };
+                }
+            }
+        }
+        Fetched::Response {
+            status,
+            headers,
+            body,
+            content_type,
+        }
+    }
+
+    /// Retries `lease` if its URL has retries left; `true` if it did.
+    async fn maybe_retry(&self, lease: &Lease, outcome: Outcome<'static>) -> anyhow::Result<bool> {
+        let url = &lease.request.url;
+        let retried = {
+            let mut retries = lock(&self.retries);
+            let n = retries.entry(url.clone()).or_default();
+            if *n < self.crawl.retry_times {
+                *n += 1;
+                true
+            } else {
+                false
+            }
+        };
+        if retried {
+            self.count(url, |s| s.retries += 1);
+            self.driver
+                .retry(lease.id(), outcome, self.crawl.retry_priority_adjust)
+                .await?;
+        }
+        Ok(retried)
+    }
+
+    fn retries_of(&self, url: &str) -> u32 {
+        lock(&self.retries).remove(url).unwrap_or(0)
+    }
+
+    async fn robots_txt(&self, lease: Lease) -> Res {
+        let url_text = lease.request.url.to_string();
+        let Ok(url) = Url::parse(&url_text) else {
+            self.driver.complete(lease.id(), Outcome::Cancelled).await?;
+            return Ok(());
+        };
+        let origin = robots::origin(&url);
+        if self.robots.is_ready(&origin) {
+            // A second copy (queued before a restart): already known.
+            self.driver.complete(lease.id(), Outcome::Cancelled).await?;
+            return Ok(self.driver.commit().await?);
+        }
+        let fetched = self.fetch(&url_text).await;
+        self.count(&url_text, |s| s.fetches += 1);
+        let (outcome, rules) = match fetched {
+            Fetched::Failed { kind, .. } => {
+                let outcome = Outcome::error(kind);
+                if self.maybe_retry(&lease, outcome).await? {
+                    return Ok(());
+                }
+                (outcome, robots::Rules::AllowAll)
+            }
+            Fetched::Response {
+                status,
+                headers,
+                body,
+                ..
+            } => {
+                let outcome = response_outcome(status, &headers);
+                self.count(&url_text, |s| {
+                    s.bytes += body.len() as u64;
+                    s.rate_limited += u64::from(status == 429);
+                });
+                if (status == 429 || status >= 500) && self.maybe_retry(&lease, outcome).await? {
+                    return Ok(());
+                }
+                let rules = if (200..300).contains(&status) {
+                    robots::parse(&self.crawl.user_agent, &body)
+                } else {
+                    robots::Rules::AllowAll
+                };
+                (outcome, rules)
+            }
+        };
+        self.retries_of(&url_text);
+        if let Some(delay) = rules.crawl_delay()
+            && let Ok(scope) = host_scope(&url_text)
+        {
+            self.driver.handle_crawl_delay(scope, delay).await?;
+        }
+        self.robots.set(&origin, rules);
+        self.driver.complete(lease.id(), outcome).await?;
+        Ok(self.driver.commit().await?)
+    }
+
+    async fn page(&self, lease: Lease) -> Res {
+        let url_text = lease.request.url.to_string();
+        let url = match Url::parse(&url_text) {
+            Ok(url) => url,
+            Err(e) => {
+                self.finish(&lease, None, Some(format!("not a URL: {e}")), 0, None)?;
+                self.driver.complete(lease.id(), Outcome::Cancelled).await?;
+                return Ok(self.driver.commit().await?);
+            }
+        };
+        if self.crawl.robotstxt_obey {
+            let origin = robots::origin(&url);
+            let rules = match self.robots.lookup(&origin) {
+                robots::Lookup::Ready(rules) => rules,
+                robots::Lookup::Unknown => {
+                    // Fetch robots.txt first: it goes ahead of this page, which waits
+                    // behind it (no backoff: the page was never sent).
+                    let robots = Request::get(robots::robots_url(&url))
+                        .callback(ROBOTS)
+                        .priority(ROBOTS_PRIORITY)
+                        .dont_filter();
+                    self.driver.push(robots).await?;
+                    self.driver.retry(lease.id(), Outcome::Cancelled, 0).await?;
+                    return Ok(());
+                }
+                robots::Lookup::Pending(rx) => {
+                    tokio::select! {
+                        rules = robots::wait(rx) => rules.unwrap_or(robots::Rules::AllowAll),
+                        () = self.stopper.stopped() => {
+                            self.driver.retry(lease.id(), Outcome::Cancelled, 0).await?;
+                            return Ok(());
+                        }
+                    }
+                }
+            };
+            if !rules.allowed(&url_text) {
+                self.count(&url_text, |s| s.disallowed += 1);
+                self.finish(
+                    &lease,
+                    None,
+                    Some("disallowed by robots.txt".into()),
+                    0,
+                    None,
+                )?;
+                self.driver.complete(lease.id(), Outcome::Cancelled).await?;
+                return Ok(self.driver.commit().await?);
+            }
+        }
+
+        let fetched = self.fetch(&url_text).await;
+        self.count(&url_text, |s| s.fetches += 1);
+        match fetched {
+            Fetched::Failed { kind, message } => {
+                let outcome = Outcome::error(kind);
+                if self.maybe_retry(&lease, outcome).await? {
+                    return Ok(());
+                }
+                let retries = self.retries_of(&url_text);
+                self.count(&url_text, |s| {
+                    s.pages += 1;
+                    s.failed += 1;
+                });
+                self.finish(
+                    &lease,
+                    None,
+                    Some(format!("{kind}: {message}")),
+                    retries,
+                    None,
+                )?;
+                self.driver.complete(lease.id(), outcome).await?;
+            }
+            Fetched::Response {
+                status,
+                headers,
+                body,
+                content_type,
+            } => {
+                let outcome = response_outcome(status, &headers);
+                self.count(&url_text, |s| {
+                    s.bytes += body.len() as u64;
+                    s.rate_limited += u64::from(status == 429);
+                });
+                if self.crawl.retry_http_codes.contains(&status)
+                    && self.maybe_retry(&lease, outcome).await?
+                {
+                    return Ok(());
+                }
+                let retries = self.retries_of(&url_text);
+                let mut location = None;
+                if (300..400).contains(&status) && status != 304 {
+                    location = self.redirect(&lease, &url, &headers, outcome).await?;
+                } else if (200..300).contains(&status) && is_html(content_type.as_deref(), &body) {
+                    self.follow_links(&lease, &url, &body).await?;
+                }
+                self.count(&url_text, |s| {
+                    s.pages += 1;
+                    match status {
+                        200..=299 => s.ok += 1,
+                        300..=399 => s.redirects += 1,
+                        _ => s.failed += 1,
+                    }
+                });
+                let page = PageInfo {
+                    status,
+                    bytes: body.len() as u64,
+                    content_type,
+                };
+                self.finish(&lease, Some(page), None, retries, location)?;
+                self.driver.complete(lease.id(), outcome).await?;
+            }
+        }
+        self.driver.commit().await?;
+        let pages = self.pages.fetch_add(1, Ordering::Relaxed) + 1;
+        if self.max_pages.is_some_and(|max| pages >= max) {
+            lock(&self.limited).get_or_insert(StopReason::MaxPages);
+            self.stopper.stop();
+        }
+        Ok(())
+    }
+
+    /// Queues the redirect's target as a new request; returns the target.
+    async fn redirect(
+        &self,
+        lease: &Lease,
+        url: &Url,
+        headers: &[(String, Vec<u8>)],
+        outcome: Outcome<'static>,
+    ) -> anyhow::Result<Option<String>> {
+        let Some(target) = headers
+            .iter()
+            .find(|(k, _)| k == "location")
+            .and_then(|(_, v)| std::str::from_utf8(v).ok())
+            .and_then(|loc| url.join(loc.trim()).ok())
+        else {
+            return Ok(None);
+        };
+        let hops = hops(&lease.request);
+        let host = target.host_str().unwrap_or_default();
+        if hops < self.crawl.redirect_max_times
+            && matches!(target.scheme(), "http" | "https")
+            && allowed_domain(&self.allow, host)
+        {
+            let mut hop = Request::get(target.as_str())
+                .callback(PAGE)
+                .priority(
+                    lease
+                        .request
+                        .priority
+                        .saturating_add(self.crawl.redirect_priority_adjust),
+                )
+                .depth(lease.request.depth)
+                .meta(format!("redirects={}", hops + 1).into_bytes());
+            if let Outcome::Response {
+                header_delay: Some(wait),
+                ..
+            } = outcome
+            {
+                hop = hop.delay(wait.as_secs_f64().min(self.crawl.redirect_max_delay));
+            }
+            if let PushOutcome::Queued(_) = self.driver.push(hop).await? {
+                self.count(target.as_str(), |s| s.queued += 1);
+            }
+        }
+        Ok(Some(target.to_string()))
+    }
+
+    async fn follow_links(&self, lease: &Lease, url: &Url, body: &[u8]) -> Res {
+        let html = String::from_utf8_lossy(body);
+        let children: Vec<Request> = extract_links(url, &html)
+            .into_iter()
+            .filter(|link| allowed_domain(&self.allow, link.host_str().unwrap_or_default()))
+            .map(|link| {
+                Request::get(link.as_str())
+                    .callback(PAGE)
+                    .child_of(&lease.request)
+            })
+            .collect();
+        if children.is_empty() {
+            return Ok(());
+        }
+        let urls: Vec<Box<str>> = children.iter().map(|r| r.url.clone()).collect();
+        let outcomes = self.driver.push_all(children).await?;
+        for (url, outcome) in urls.iter().zip(outcomes) {
+            if let PushOutcome::Queued(_) = outcome {
+                self.count(url, |s| s.queued += 1);
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(
+        &self,
+        lease: &Lease,
+        page: Option<PageInfo>,
+        error: Option<String>,
+        retries: u32,
+        location: Option<String>,
+    ) -> Res {
+        if let Some(out) = &self.out {
+            let line = PageLine {
+                url: &lease.request.url,
+                status: page.as_ref().map(|p| p.status),
+                depth: lease.request.depth,
+                fetched_at: output::rfc3339(std::time::SystemTime::now()),
+                bytes: page.as_ref().map_or(0, |p| p.bytes),
+                content_type: page.as_ref().and_then(|p| p.content_type.as_deref()),
+                error: error.as_deref(),
+                retries,
+                location: location.as_deref(),
+            };
+            // Losing output silently is not an option: the error ends the crawl (the
+            // lease is not completed, so a rerun fetches the page again).
+            out.write(&line)
+                .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", out.path().display()))?;
+        }
+        Ok(())
+    }
+}
+
+struct PageInfo {
+    status: u16,
+    bytes: u64,
+    content_type: Option<String>,
+}
+
+fn response_outcome(status: u16, headers: &[(String, Vec<u8>)]) -> Outcome<'static> {
+    Outcome::response(
+        status,
+        headers.iter().map(|(k, v)| (k.as_bytes(), v.as_slice())),
+        Some(unix_now()),
+    )
+}
+
+fn is_html(content_type: Option<&str>, body: &[u8]) -> bool {
+    match content_type {
+        Some(ct) => {
+            let ct = ct.to_ascii_lowercase();
+            ct.starts_with("text/html") || ct.starts_with("application/xhtml")
+        }
+        None => {
+            let head = &body[..body.len().min(512)];
+            let head = String::from_utf8_lossy(head).to_ascii_lowercase();
+            head.contains("<html") || head.contains("<!doctype html")
+        }
+    }
+}
