@@ -26,7 +26,9 @@ pub struct InvalidRequest {
 }
 
 impl InvalidRequest {
-    pub(crate) fn new(url: &str, reason: impl Into<String>) -> Self {
+    /// Refuses the request for `url` because of `reason` (the URL is kept truncated to
+    /// 200 characters).
+    pub fn new(url: &str, reason: impl Into<String>) -> Self {
         let mut url: String = url.chars().take(200).collect();
         if url.len() >= 200 {
             url.push('…');

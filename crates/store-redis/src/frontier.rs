@@ -1,0 +1,1076 @@
+//! The client side of the shared frontier: encoding, fingerprints and group keys here,
+//! every decision in the server-side script.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use frontier_core::{
+    Codec, DecodeErrorKind, DupeFilterConfig, Fingerprinter, FrontierConfig, FrontierError,
+    FrontierStats, Lease, LeaseId, Policy, Poll, PushOutcome, Request, Scheduling, group_key,
+    parse_group_key,
+};
+use redis::Value;
+use throttle_core::{
+    ConfigError, CrawlDelayDecision, Outcome, QuotaReconcile, Settings, Throttler, Timestamp,
+    secs_to_duration,
+};
+
+use crate::error::RedisStoreError;
+use crate::params::{all_params, kind_digit, script_settings};
+
+/// The script, loaded once per server and called by its SHA1 (`EVALSHA`); reloaded
+/// automatically when the server answers `NOSCRIPT` (after a restart or failover).
+const SCRIPT: &str = include_str!("frontier.lua");
+
+type Result<T> = std::result::Result<T, FrontierError<RedisStoreError>>;
+
+/// Where the frontier's time comes from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TimeSource {
+    /// The `now` passed to each call (a fake clock in tests, or a clock all workers
+    /// share). Instants are nanoseconds from the epoch the callers chose.
+    #[default]
+    Caller,
+    /// The Redis server's clock (`TIME`), counted from the crawl's creation: every worker
+    /// sees the same time whatever its own clock says. Instants returned to a caller are
+    /// mapped onto the `now` it passed (its own clock), so it can sleep on them.
+    Server,
+}
+
+/// Options of a [`RedisFrontier`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct RedisConfig {
+    /// Where time comes from.
+    pub time: TimeSource,
+    /// A lease not completed, retried or extended within this time is delivered again
+    /// (its worker is presumed dead) and its concurrency slots are freed.
+    pub lease_timeout: Duration,
+    /// How long a worker that found nothing to do (everything blocked on requests in
+    /// flight elsewhere, or nothing queued) waits before it looks again: completions by
+    /// other processes do not wake it.
+    pub recheck: Duration,
+    /// How many expired leases one poll redelivers at most.
+    pub redeliver_batch: u32,
+    /// Requests per script call in [`push_all`](RedisFrontier::push_all) (the calls are
+    /// pipelined).
+    pub push_batch: usize,
+    /// Frontier options: `policy` must be [`Policy::ThrottlingAware`]; the duplicate
+    /// filter is exact (binary 64-bit fingerprints in a Redis set) or disabled.
+    pub frontier: FrontierConfig,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            time: TimeSource::Caller,
+            lease_timeout: Duration::from_secs(300),
+            recheck: Duration::from_millis(200),
+            redeliver_batch: 64,
+            push_batch: 1000,
+            frontier: FrontierConfig::default(),
+        }
+    }
+}
+
+/// One scope's throttling state as the shared frontier keeps it (the fields of
+/// [`throttle_core::ScopeStats`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct RedisScopeStats {
+    /// Requests sent.
+    pub sent: u64,
+    /// Requests completed.
+    pub done: u64,
+    /// Backoff triggers (including `delay_scope`).
+    pub triggers: u64,
+    /// Requests in flight, by every worker.
+    pub active: u32,
+    /// The base delay in seconds.
+    pub base_delay: f64,
+    /// The current spacing delay in seconds.
+    pub delay: f64,
+    /// The current concurrency limit (0 = unlimited).
+    pub concurrency: u32,
+    /// The backoff level.
+    pub level: u32,
+    /// Earliest next send allowed by the spacing delay.
+    pub next_allowed: Timestamp,
+    /// Earliest next send allowed by a header delay or `delay_scope`.
+    pub hard_until: Timestamp,
+    /// Quota consumed in the current window.
+    pub consumed: f64,
+}
+
+/// Counters of the whole crawl, by every worker.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct RedisInfo {
+    /// Requests queued (ready or held by their scopes).
+    pub queued: u64,
+    /// Requests held by their own per-request delay.
+    pub delayed: u64,
+    /// Leases out.
+    pub leased: u64,
+    /// Throttled requests in flight (the global `concurrent_requests` count).
+    pub in_flight: u64,
+    /// Scope groups with requests queued, delayed or in flight.
+    pub groups: u64,
+    /// The counters with Scrapy's names (store `redis`).
+    pub stats: FrontierStats,
+}
+
+/// Raw script results of `poll`.
+struct PollReply {
+    kind: Vec<u8>,
+    fields: Vec<Value>,
+}
+
+/// A crawl frontier in Redis, shared by every worker (thread, process or machine) that
+/// opens the same crawl on the same server: one queue, one duplicate filter, one
+/// politeness budget.
+///
+/// Every decision runs in one server-side script, atomically: the duplicate check with
+/// the enqueue, the choice of the next request with the reservation on all its scopes,
+/// the completion with backoff. It makes the decisions the in-process
+/// [`Frontier`](frontier_core::Frontier) makes on the same timeline. See the crate
+/// documentation for the key layout and operations.
+pub struct RedisFrontier {
+    client: redis::Client,
+    conn: Option<redis::Connection>,
+    script: redis::Script,
+    prefix: String,
+    crawl: String,
+    settings: Settings,
+    config: RedisConfig,
+    codec: Codec,
+    callbacks: HashMap<Arc<str>, u32>,
+    fingerprinter: Fingerprinter,
+    dedup: bool,
+    key: String,
+    payload: Vec<u8>,
+    in_flight: usize,
+    timeout: Option<Timestamp>,
+}
+
+impl std::fmt::Debug for RedisFrontier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisFrontier")
+            .field("crawl", &self.crawl)
+            .field("in_flight", &self.in_flight)
+            .finish_non_exhaustive()
+    }
+}
+
+fn store_err(e: RedisStoreError) -> FrontierError<RedisStoreError> {
+    FrontierError::Store(e)
+}
+
+fn protocol(op: &'static str, detail: impl Into<String>) -> FrontierError<RedisStoreError> {
+    FrontierError::Store(RedisStoreError::Protocol {
+        op,
+        detail: detail.into(),
+    })
+}
+
+fn as_bytes(v: &Value) -> Option<&[u8]> {
+    match v {
+        Value::BulkString(b) => Some(b),
+        Value::SimpleString(s) => Some(s.as_bytes()),
+        _ => None,
+    }
+}
+
+fn as_f64(v: &Value) -> Option<f64> {
+    match v {
+        Value::Int(i) => Some(*i as f64),
+        Value::Double(d) => Some(*d),
+        other => std::str::from_utf8(as_bytes(other)?).ok()?.parse().ok(),
+    }
+}
+
+fn as_u64(v: &Value) -> Option<u64> {
+    match v {
+        Value::Int(i) => u64::try_from(*i).ok(),
+        other => {
+            let f = as_f64(other)?;
+            (f >= 0.0 && f.fract() == 0.0 && f < 1.8e19).then_some(f as u64)
+        }
+    }
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// The error the in-process throttler gives for the same invalid value (same key,
+/// same message): asked of a scratch throttler.
+fn config_error(op: &str, value: f64) -> ConfigError {
+    let mut t = Throttler::new(Settings::default(), Timestamp::ZERO).expect("default settings");
+    let now = Timestamp::ZERO;
+    let r = match op {
+        "delay_scope" => t.delay_scope("x", value, now),
+        "delay" => t.set_scope_delay("x", value, now),
+        "crawl_delay" => t.handle_crawl_delay("x", value, now).map(|_| ()),
+        "c" => t.reconcile_quota("x", QuotaReconcile::Consumed(value), now),
+        _ => t.reconcile_quota("x", QuotaReconcile::Remaining(value), now),
+    };
+    r.expect_err("an invalid value")
+}
+
+fn check_secs(op: &str, secs: f64) -> Result<()> {
+    if secs.is_finite() && secs >= 0.0 {
+        Ok(())
+    } else {
+        Err(FrontierError::Config(config_error(op, secs)))
+    }
+}
+
+impl RedisFrontier {
+    /// Opens (creating on first use) the crawl `crawl` on the server at `url`
+    /// (`redis://host:port/db`, `rediss://...`, `redis+unix:///path`).
+    ///
+    /// Every worker of a crawl must open it with the same settings: the first one stores
+    /// them, the others are checked against them
+    /// ([`RedisStoreError::SettingsMismatch`]).
+    pub fn open(url: &str, crawl: &str, settings: Settings, config: RedisConfig) -> Result<Self> {
+        let client = redis::Client::open(url)
+            .map_err(|e| store_err(RedisStoreError::from_redis("open", e)))?;
+        Self::with_client(client, crawl, settings, config)
+    }
+
+    /// [`open`](Self::open) with a configured client.
+    pub fn with_client(
+        client: redis::Client,
+        crawl: &str,
+        settings: Settings,
+        config: RedisConfig,
+    ) -> Result<Self> {
+        settings.validate().map_err(FrontierError::Config)?;
+        if config.frontier.policy != Policy::ThrottlingAware {
+            return Err(store_err(RedisStoreError::Unsupported(
+                "the slot-aware policy (use Policy::ThrottlingAware)",
+            )));
+        }
+        let dedup = match config.frontier.dupefilter {
+            DupeFilterConfig::Exact => true,
+            DupeFilterConfig::Disabled => false,
+            _ => {
+                return Err(store_err(RedisStoreError::Unsupported(
+                    "a Bloom duplicate filter (use DupeFilterConfig::Exact or Disabled)",
+                )));
+            }
+        };
+        if crawl.is_empty() || crawl.contains(['{', '}']) {
+            return Err(store_err(RedisStoreError::Invalid {
+                detail: format!("crawl name {crawl:?} must be non-empty without braces"),
+            }));
+        }
+        let mut f = RedisFrontier {
+            client,
+            conn: None,
+            script: redis::Script::new(SCRIPT),
+            prefix: format!("{{{crawl}}}:"),
+            crawl: crawl.to_string(),
+            config,
+            codec: Codec::new(),
+            callbacks: HashMap::new(),
+            fingerprinter: Fingerprinter::new(),
+            dedup,
+            key: String::new(),
+            payload: Vec::new(),
+            in_flight: 0,
+            timeout: None,
+            settings,
+        };
+        let full = serde_json::to_string(&f.settings).map_err(|e| {
+            store_err(RedisStoreError::Invalid {
+                detail: format!("settings do not serialise: {e}"),
+            })
+        })?;
+        let seed = f.settings.seed;
+        let mut args: Vec<Vec<u8>> = vec![
+            full.clone().into_bytes(),
+            script_settings(&f.settings).into_bytes(),
+            (seed >> 32).to_string().into_bytes(),
+            (seed & 0xFFFF_FFFF).to_string().into_bytes(),
+        ];
+        for (name, params) in all_params(&f.settings) {
+            args.push(name.into_bytes());
+            args.push(params.into_bytes());
+        }
+        let stored = f.call("init", false, &args)?;
+        let stored = as_bytes(&stored).ok_or_else(|| protocol("init", "no settings"))?;
+        let theirs: serde_json::Value = serde_json::from_slice(stored).map_err(|_| {
+            store_err(RedisStoreError::Corrupt {
+                detail: format!("{}cfg: stored settings are not JSON", f.prefix),
+            })
+        })?;
+        let ours: serde_json::Value = serde_json::from_str(&full).expect("just serialised");
+        if theirs != ours {
+            return Err(store_err(RedisStoreError::SettingsMismatch {
+                crawl: f.crawl.clone(),
+            }));
+        }
+        Ok(f)
+    }
+
+    /// The crawl's name; its keys are `{name}:*`.
+    pub fn crawl(&self) -> &str {
+        &self.crawl
+    }
+
+    /// The settings the crawl runs with.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    fn conn(&mut self) -> Result<&mut redis::Connection> {
+        if self.conn.is_none() {
+            let c = self
+                .client
+                .get_connection()
+                .map_err(|e| store_err(RedisStoreError::from_redis("connect", e)))?;
+            self.conn = Some(c);
+        }
+        Ok(self.conn.as_mut().expect("just connected"))
+    }
+
+    fn time_arg(&self, now: Timestamp) -> Vec<u8> {
+        match self.config.time {
+            TimeSource::Caller => now.as_nanos().to_string().into_bytes(),
+            TimeSource::Server => b"server".to_vec(),
+        }
+    }
+
+    /// Runs one operation of the script. `now` is `None` for the ones that need no time.
+    fn call_at(
+        &mut self,
+        op: &'static str,
+        now: Option<Timestamp>,
+        args: &[Vec<u8>],
+    ) -> Result<Value> {
+        let time = now.map_or_else(|| b"-".to_vec(), |n| self.time_arg(n));
+        let prefix = self.prefix.clone();
+        let script = self.script.clone();
+        let conn = self.conn()?;
+        let mut inv = script.key(prefix);
+        inv.arg(op).arg(time);
+        for a in args {
+            inv.arg(a.as_slice());
+        }
+        match inv.invoke::<Value>(conn) {
+            Ok(v) => Ok(v),
+            Err(e) => {
+                let e = RedisStoreError::from_redis(op, e);
+                if e.is_connection_error() {
+                    self.conn = None;
+                }
+                Err(store_err(e))
+            }
+        }
+    }
+
+    fn call(&mut self, op: &'static str, timed: bool, args: &[Vec<u8>]) -> Result<Value> {
+        self.call_at(op, timed.then_some(Timestamp::ZERO), args)
+    }
+
+    /// Maps an instant of the script's clock onto the caller's.
+    fn to_caller(&self, t: f64, server_now: f64, now: Timestamp) -> Timestamp {
+        let t = if t.is_finite() { t.max(0.0) } else { f64::MAX };
+        match self.config.time {
+            TimeSource::Caller => Timestamp::from_nanos(t.min(u64::MAX as f64) as u64),
+            TimeSource::Server => {
+                let ahead = (t - server_now).max(0.0);
+                now + Duration::from_nanos(ahead.min(u64::MAX as f64) as u64)
+            }
+        }
+    }
+
+    /// The crawl-wide number of a callback name (asking the server the first time).
+    fn callback_id(&mut self, name: &Arc<str>) -> Result<()> {
+        if self.callbacks.contains_key(name) {
+            return Ok(());
+        }
+        let v = self.call("callback", false, &[name.as_bytes().to_vec()])?;
+        let id = as_u64(&v)
+            .and_then(|i| u32::try_from(i).ok())
+            .ok_or_else(|| protocol("callback", "no number"))?;
+        self.codec.callbacks_mut().restore(id, name).map_err(|e| {
+            store_err(RedisStoreError::Corrupt {
+                detail: e.to_string(),
+            })
+        })?;
+        self.callbacks.insert(name.clone(), id);
+        Ok(())
+    }
+
+    /// Encodes one request for the `push` operation: its 8 arguments, or why it is not
+    /// pushed.
+    fn encode_push(&mut self, request: &Request) -> Result<Option<[Vec<u8>; 8]>> {
+        if self.settings.depth_limit > 0 && request.depth > self.settings.depth_limit {
+            return Ok(None);
+        }
+        let delay_ns = match request.delay {
+            None => Vec::new(),
+            Some(d) if d.is_finite() && d >= 0.0 => {
+                nanos(secs_to_duration(d)).to_string().into_bytes()
+            }
+            Some(d) => {
+                return Err(FrontierError::InvalidRequest(invalid(
+                    request,
+                    format!("delay must be a finite number of seconds >= 0, got {d}"),
+                )));
+            }
+        };
+        let mut key = std::mem::take(&mut self.key);
+        if request.dont_throttle {
+            key.clear();
+        } else if let Err(e) = group_key(request, &mut key) {
+            self.key = key;
+            return Err(FrontierError::InvalidRequest(e));
+        }
+        let out = self.encode_with_key(request, &key, delay_ns);
+        self.key = key;
+        out.map(Some)
+    }
+
+    fn encode_with_key(
+        &mut self,
+        request: &Request,
+        key: &str,
+        delay_ns: Vec<u8>,
+    ) -> Result<[Vec<u8>; 8]> {
+        let kinds: String = if key.is_empty() {
+            String::new()
+        } else {
+            parse_group_key(key)
+                .map_err(FrontierError::CorruptGroup)?
+                .iter()
+                .map(|(n, _)| kind_digit(n))
+                .collect()
+        };
+        let fp = if request.dont_filter || !self.dedup {
+            Vec::new()
+        } else {
+            let fp = self
+                .fingerprinter
+                .fingerprint(request.method.as_str(), &request.url, request.body_bytes())
+                .map_err(|e| FrontierError::InvalidRequest(invalid(request, e.to_string())))?;
+            fp.prefix64().to_be_bytes().to_vec()
+        };
+        if let Some(cb) = &request.callback {
+            let cb = cb.clone();
+            self.callback_id(&cb)?;
+        }
+        let priority = request
+            .priority
+            .saturating_sub((request.depth as i32).saturating_mul(self.settings.depth_priority));
+        let explicit = request.scopes.as_ref().is_some_and(|s| !s.is_empty());
+        let host = (!explicit && !request.dont_throttle).then_some(key);
+        self.payload.clear();
+        let mut flags = 0u8;
+        if request.start {
+            flags |= 1;
+        }
+        if request.dont_track {
+            flags |= 2;
+        }
+        self.payload.push(flags);
+        let mut body = std::mem::take(&mut self.payload);
+        let mut encoded = Vec::new();
+        let fresh = self
+            .codec
+            .encode(request, host, &mut encoded)
+            .map_err(FrontierError::Encode)?;
+        debug_assert!(
+            fresh.is_none(),
+            "callbacks are interned with the server first"
+        );
+        body.extend_from_slice(&encoded);
+        let args = [
+            key.as_bytes().to_vec(),
+            kinds.into_bytes(),
+            fp,
+            priority.to_string().into_bytes(),
+            if request.start {
+                b"1".to_vec()
+            } else {
+                b"0".to_vec()
+            },
+            delay_ns,
+            request.depth.to_string().into_bytes(),
+            body,
+        ];
+        Ok(args)
+    }
+
+    /// Queues a request unless it is a duplicate (checked and marked in the same atomic
+    /// step) or deeper than `depth_limit`.
+    pub fn push(&mut self, request: &Request, now: Timestamp) -> Result<PushOutcome> {
+        Ok(self.push_all(std::slice::from_ref(request), now)?.remove(0))
+    }
+
+    /// Queues many requests: batches of [`RedisConfig::push_batch`] per script call, the
+    /// calls pipelined in one round trip. Each request is atomic on its own (a
+    /// connection lost midway leaves a prefix of the batch queued; pushing it again is
+    /// safe, the duplicate filter drops what made it).
+    pub fn push_all(&mut self, requests: &[Request], now: Timestamp) -> Result<Vec<PushOutcome>> {
+        let mut outcomes = vec![PushOutcome::TooDeep; requests.len()];
+        let mut batches: Vec<(Vec<usize>, Vec<Vec<u8>>)> = Vec::new();
+        let per = self.config.push_batch.max(1);
+        let mut too_deep = 0u64;
+        for (i, r) in requests.iter().enumerate() {
+            match self.encode_push(r)? {
+                None => too_deep += 1,
+                Some(args) => {
+                    if batches.last().is_none_or(|b| b.0.len() >= per) {
+                        batches.push((Vec::new(), Vec::new()));
+                    }
+                    let b = batches.last_mut().expect("just pushed");
+                    b.0.push(i);
+                    b.1.extend(args);
+                }
+            }
+        }
+        if too_deep > 0 {
+            self.call("too_deep", true, &[too_deep.to_string().into_bytes()])?;
+        }
+        if batches.is_empty() {
+            return Ok(outcomes);
+        }
+        let replies = self.pipelined_push(&batches, now)?;
+        for ((idx, _), reply) in batches.iter().zip(replies) {
+            let Value::Array(items) = reply else {
+                return Err(protocol("push", "not an array"));
+            };
+            if items.len() != idx.len() {
+                return Err(protocol("push", "wrong number of results"));
+            }
+            for (&i, item) in idx.iter().zip(items) {
+                outcomes[i] = match item {
+                    Value::Int(-1) => PushOutcome::Duplicate,
+                    other => PushOutcome::Queued(LeaseId(
+                        as_u64(&other).ok_or_else(|| protocol("push", "bad sequence number"))?,
+                    )),
+                };
+            }
+        }
+        Ok(outcomes)
+    }
+
+    fn pipelined_push(
+        &mut self,
+        batches: &[(Vec<usize>, Vec<Vec<u8>>)],
+        now: Timestamp,
+    ) -> Result<Vec<Value>> {
+        let time = self.time_arg(now);
+        let hash = self.script.get_hash().to_string();
+        let prefix = self.prefix.clone();
+        let script = self.script.clone();
+        for attempt in 0..2 {
+            let mut pipe = redis::pipe();
+            for (idx, args) in batches {
+                let cmd = pipe.cmd("EVALSHA").arg(&hash).arg(1).arg(&prefix);
+                cmd.arg("push").arg(&time).arg(idx.len());
+                for a in args {
+                    cmd.arg(a.as_slice());
+                }
+            }
+            let conn = self.conn()?;
+            match pipe.query::<Vec<Value>>(conn) {
+                Ok(v) => return Ok(v),
+                Err(e) if attempt == 0 && e.code() == Some("NOSCRIPT") => {
+                    script
+                        .prepare_invoke()
+                        .load(conn)
+                        .map_err(|e| store_err(RedisStoreError::from_redis("push", e)))?;
+                }
+                Err(e) => {
+                    let e = RedisStoreError::from_redis("push", e);
+                    if e.is_connection_error() {
+                        self.conn = None;
+                    }
+                    return Err(store_err(e));
+                }
+            }
+        }
+        unreachable!("the second attempt returns")
+    }
+
+    fn decode(&mut self, seq: u64, body: &[u8], key: &str) -> Result<Request> {
+        for _ in 0..2 {
+            match self.codec.decode(body, Some(key)) {
+                Ok(r) => return Ok(r),
+                Err(e) => {
+                    if let DecodeErrorKind::UnknownCallback(id) = e.kind() {
+                        let v =
+                            self.call("callback_name", false, &[id.to_string().into_bytes()])?;
+                        if let Some(name) = as_bytes(&v).and_then(|b| std::str::from_utf8(b).ok()) {
+                            let name: Arc<str> = Arc::from(name);
+                            if self.codec.callbacks_mut().restore(id, &name).is_ok() {
+                                self.callbacks.insert(name, id);
+                                continue;
+                            }
+                        }
+                    }
+                    return Err(FrontierError::Corrupt {
+                        lease: LeaseId(seq),
+                        source: e,
+                    });
+                }
+            }
+        }
+        unreachable!("a known callback decodes or fails for another reason")
+    }
+
+    /// The next request that may be sent at `now`, leased (for
+    /// [`RedisConfig::lease_timeout`]); or until when nothing may go. Expired leases of
+    /// other workers are delivered again first.
+    ///
+    /// A payload that does not decode gives [`FrontierError::Corrupt`]; its lease stays
+    /// out: [`complete`](Self::complete) drops it.
+    pub fn poll(&mut self, now: Timestamp) -> Result<Poll> {
+        let args = vec![
+            nanos(self.config.lease_timeout).to_string().into_bytes(),
+            self.config.redeliver_batch.to_string().into_bytes(),
+        ];
+        let v = self.call_at("poll", Some(now), &args)?;
+        let reply = split_poll(v)?;
+        let n = reply.fields.len();
+        if n < 4 {
+            return Err(protocol("poll", "short reply"));
+        }
+        let tail = &reply.fields[n - 4..];
+        self.in_flight = as_u64(&tail[0]).ok_or_else(|| protocol("poll", "leases"))? as usize;
+        let server_now = as_f64(&tail[1]).ok_or_else(|| protocol("poll", "time"))?;
+        let expiry = as_f64(&tail[2]).ok_or_else(|| protocol("poll", "expiry"))?;
+        let event = as_f64(&tail[3]).ok_or_else(|| protocol("poll", "event"))?;
+        let mut timeout = None::<Timestamp>;
+        for t in [expiry, event] {
+            if t >= 0.0 {
+                let t = self.to_caller(t, server_now, now);
+                timeout = Some(timeout.map_or(t, |x| x.min(t)));
+            }
+        }
+        let poll = match reply.kind.as_slice() {
+            b"ready" => {
+                let seq = as_u64(&reply.fields[0]).ok_or_else(|| protocol("poll", "seq"))?;
+                let body = as_bytes(&reply.fields[1])
+                    .ok_or_else(|| protocol("poll", "body"))?
+                    .to_vec();
+                let key = as_bytes(&reply.fields[2])
+                    .and_then(|b| std::str::from_utf8(b).ok())
+                    .ok_or_else(|| protocol("poll", "group key"))?
+                    .to_string();
+                self.timeout = timeout;
+                let request = self.decode(seq, &body, &key)?;
+                return Ok(Poll::Ready(Lease::new(LeaseId(seq), request)));
+            }
+            b"until" => {
+                let t = as_f64(&reply.fields[0]).ok_or_else(|| protocol("poll", "until"))?;
+                Poll::NotUntil(self.to_caller(t, server_now, now))
+            }
+            b"blocked" => Poll::Blocked,
+            b"empty" => Poll::Empty,
+            other => {
+                return Err(protocol(
+                    "poll",
+                    String::from_utf8_lossy(other).into_owned(),
+                ));
+            }
+        };
+        // Work freed by other processes wakes nobody here: look again after `recheck`.
+        if matches!(poll, Poll::Blocked) || (matches!(poll, Poll::Empty) && self.in_flight > 0) {
+            let t = now + self.config.recheck;
+            timeout = Some(timeout.map_or(t, |x| x.min(t)));
+        }
+        self.timeout = timeout;
+        Ok(poll)
+    }
+
+    /// The request a [`poll`](Self::poll) at `now` would hand out, without leasing it.
+    pub fn peek(&mut self, now: Timestamp) -> Result<Option<Request>> {
+        let v = self.call_at("peek", Some(now), &[])?;
+        let Value::Array(items) = v else {
+            return Err(protocol("peek", "not an array"));
+        };
+        if items.is_empty() {
+            return Ok(None);
+        }
+        let seq = as_u64(&items[0]).ok_or_else(|| protocol("peek", "seq"))?;
+        let body = as_bytes(&items[1])
+            .ok_or_else(|| protocol("peek", "body"))?
+            .to_vec();
+        let key = as_bytes(&items[2])
+            .and_then(|b| std::str::from_utf8(b).ok())
+            .ok_or_else(|| protocol("peek", "key"))?
+            .to_string();
+        self.decode(seq, &body, &key).map(Some)
+    }
+
+    fn outcome_args(outcome: &Outcome<'_>) -> [Vec<u8>; 3] {
+        match *outcome {
+            Outcome::Response {
+                status,
+                header_delay,
+            } => [
+                b"s".to_vec(),
+                status.to_string().into_bytes(),
+                header_delay.map_or(b"-1".to_vec(), |d| nanos(d).to_string().into_bytes()),
+            ],
+            Outcome::Error(kind) => [b"e".to_vec(), kind.as_bytes().to_vec(), Vec::new()],
+            Outcome::Cancelled => [b"c".to_vec(), Vec::new(), Vec::new()],
+        }
+    }
+
+    /// Acknowledges a lease with how it ended: its scopes' slots are freed for every
+    /// worker and the outcome feeds backoff. `false` for a lease that is unknown, already
+    /// ended, or expired and delivered again.
+    pub fn complete(
+        &mut self,
+        lease: LeaseId,
+        outcome: &Outcome<'_>,
+        now: Timestamp,
+    ) -> Result<bool> {
+        let mut args = vec![lease.0.to_string().into_bytes()];
+        args.extend(Self::outcome_args(outcome));
+        let v = self.call_at("complete", Some(now), &args)?;
+        let done = as_u64(&v) == Some(1);
+        if done {
+            self.in_flight = self.in_flight.saturating_sub(1);
+        }
+        Ok(done)
+    }
+
+    /// Puts a lease back with its priority adjusted, after its outcome fed backoff.
+    pub fn retry(
+        &mut self,
+        lease: LeaseId,
+        outcome: &Outcome<'_>,
+        priority_adjust: i32,
+        now: Timestamp,
+    ) -> Result<bool> {
+        let mut args = vec![lease.0.to_string().into_bytes()];
+        args.extend(Self::outcome_args(outcome));
+        args.push(priority_adjust.to_string().into_bytes());
+        let v = self.call_at("retry", Some(now), &args)?;
+        let done = as_u64(&v) == Some(1);
+        if done {
+            self.in_flight = self.in_flight.saturating_sub(1);
+        }
+        Ok(done)
+    }
+
+    /// Keeps a lease from expiring for another [`RedisConfig::lease_timeout`] (for
+    /// requests that legitimately take long). `false` if it is no longer held.
+    pub fn extend(&mut self, lease: LeaseId, now: Timestamp) -> Result<bool> {
+        let args = vec![
+            lease.0.to_string().into_bytes(),
+            nanos(self.config.lease_timeout).to_string().into_bytes(),
+        ];
+        let v = self.call_at("extend", Some(now), &args)?;
+        Ok(as_u64(&v) == Some(1))
+    }
+
+    /// See [`Throttler::delay_scope`](throttle_core::Throttler::delay_scope): for every
+    /// worker.
+    pub fn delay_scope(&mut self, scope: &str, secs: f64, now: Timestamp) -> Result<()> {
+        check_secs("delay_scope", secs)?;
+        let ns = nanos(secs_to_duration(secs));
+        self.scope_op("delay_scope", scope, &[ns.to_string().into_bytes()], now)
+            .map(|_| ())
+    }
+
+    /// See [`Throttler::set_scope_delay`](throttle_core::Throttler::set_scope_delay).
+    pub fn set_scope_delay(&mut self, scope: &str, secs: f64, now: Timestamp) -> Result<()> {
+        check_secs("delay", secs)?;
+        self.scope_op("set_delay", scope, &[format!("{secs:?}").into_bytes()], now)
+            .map(|_| ())
+    }
+
+    /// See [`Throttler::set_scope_concurrency`](throttle_core::Throttler::set_scope_concurrency).
+    pub fn set_scope_concurrency(
+        &mut self,
+        scope: &str,
+        concurrency: u32,
+        now: Timestamp,
+    ) -> Result<()> {
+        self.scope_op(
+            "set_concurrency",
+            scope,
+            &[concurrency.to_string().into_bytes()],
+            now,
+        )
+        .map(|_| ())
+    }
+
+    /// See [`Throttler::reconcile_quota`](throttle_core::Throttler::reconcile_quota).
+    pub fn reconcile_quota(
+        &mut self,
+        scope: &str,
+        how: QuotaReconcile,
+        now: Timestamp,
+    ) -> Result<()> {
+        let (tag, v) = match how {
+            QuotaReconcile::Consumed(v) => ("c", v),
+            QuotaReconcile::Remaining(v) => ("r", v),
+        };
+        if !v.is_finite() {
+            return Err(FrontierError::Config(config_error(tag, v)));
+        }
+        self.scope_op(
+            "reconcile",
+            scope,
+            &[tag.as_bytes().to_vec(), format!("{v:?}").into_bytes()],
+            now,
+        )
+        .map(|_| ())
+    }
+
+    /// See [`Throttler::handle_crawl_delay`](throttle_core::Throttler::handle_crawl_delay).
+    pub fn handle_crawl_delay(
+        &mut self,
+        scope: &str,
+        secs: f64,
+        now: Timestamp,
+    ) -> Result<CrawlDelayDecision> {
+        check_secs("crawl_delay", secs)?;
+        let v = self.scope_op(
+            "crawl_delay",
+            scope,
+            &[format!("{secs:?}").into_bytes()],
+            now,
+        )?;
+        let Value::Array(items) = v else {
+            return Err(protocol("crawl_delay", "not an array"));
+        };
+        match items.first().and_then(as_bytes) {
+            Some(b"applied") => Ok(CrawlDelayDecision::Applied {
+                delay: items
+                    .get(1)
+                    .and_then(as_f64)
+                    .ok_or_else(|| protocol("crawl_delay", "delay"))?,
+                concurrency: items
+                    .get(2)
+                    .and_then(as_u64)
+                    .and_then(|c| u32::try_from(c).ok())
+                    .ok_or_else(|| protocol("crawl_delay", "concurrency"))?,
+            }),
+            Some(b"kept") => Ok(CrawlDelayDecision::KeptConfig {
+                warned: items.get(1).and_then(as_u64) == Some(1),
+            }),
+            Some(b"ignored") => Ok(CrawlDelayDecision::Ignored),
+            _ => Err(protocol("crawl_delay", "unknown decision")),
+        }
+    }
+
+    fn scope_op(
+        &mut self,
+        op: &'static str,
+        scope: &str,
+        rest: &[Vec<u8>],
+        now: Timestamp,
+    ) -> Result<Value> {
+        let mut args = vec![
+            scope.as_bytes().to_vec(),
+            kind_digit(scope).to_string().into_bytes(),
+        ];
+        args.extend_from_slice(rest);
+        self.call_at(op, Some(now), &args)
+    }
+
+    /// A scope's state as of `now` (lazy recovery, rampup and quota updates applied), if
+    /// it has one.
+    pub fn scope_stats(&mut self, scope: &str, now: Timestamp) -> Result<Option<RedisScopeStats>> {
+        let v = self.scope_op("scope", scope, &[], now)?;
+        let items = match v {
+            Value::Nil => return Ok(None),
+            Value::Array(items) if items.len() == 11 => items,
+            _ => return Err(protocol("scope", "not 11 fields")),
+        };
+        let u = |i: usize| as_u64(&items[i]).ok_or_else(|| protocol("scope", "integer field"));
+        let f = |i: usize| as_f64(&items[i]).ok_or_else(|| protocol("scope", "number field"));
+        let t = |i: usize| f(i).map(|x| Timestamp::from_nanos(x.max(0.0) as u64));
+        Ok(Some(RedisScopeStats {
+            sent: u(0)?,
+            done: u(1)?,
+            triggers: u(2)?,
+            active: u(3)? as u32,
+            base_delay: f(4)?,
+            delay: f(5)?,
+            concurrency: u(6)? as u32,
+            level: u(7)? as u32,
+            next_allowed: t(8)?,
+            hard_until: t(9)?,
+            consumed: f(10)?,
+        }))
+    }
+
+    /// Counters of the whole crawl.
+    pub fn info(&mut self) -> Result<RedisInfo> {
+        let v = self.call("info", true, &[])?;
+        let Value::Array(items) = v else {
+            return Err(protocol("info", "not an array"));
+        };
+        if items.len() < 12 {
+            return Err(protocol("info", "short reply"));
+        }
+        let u = |i: usize| as_u64(&items[i]).ok_or_else(|| protocol("info", "integer field"));
+        let mut stats = FrontierStats::default();
+        stats.store = "redis";
+        stats.enqueued = u(5)?;
+        stats.dequeued = u(6)?;
+        stats.leased = u(7)?;
+        stats.acked = u(8)?;
+        stats.retried = u(9)?;
+        stats.redelivered = u(10)?;
+        stats.depth_max = u(11)? as u32;
+        for pair in items[12..].chunks(2) {
+            if let [k, v] = pair {
+                let n = as_u64(v).ok_or_else(|| protocol("info", "stat value"))?;
+                match as_bytes(k) {
+                    Some(b"filtered") => stats.filtered = n,
+                    Some(b"depth_ignored") => stats.depth_ignored = n,
+                    _ => {}
+                }
+            }
+        }
+        Ok(RedisInfo {
+            queued: u(0)?,
+            delayed: u(1)?,
+            leased: u(2)?,
+            in_flight: u(3)?,
+            groups: u(4)?,
+            stats,
+        })
+    }
+
+    /// Leases out, by every worker, as of the last call.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// When to poll again at the latest: the next scope timer or delayed request, the
+    /// next lease expiry, or (after `Blocked`, or `Empty` with leases out elsewhere)
+    /// [`RedisConfig::recheck`] later, as of the last poll.
+    pub fn poll_timeout(&self) -> Option<Timestamp> {
+        self.timeout
+    }
+
+    /// Deletes every key of the crawl (`{name}:*`), by `SCAN` and `UNLINK`.
+    pub fn destroy(mut self) -> Result<u64> {
+        let pattern = format!("{}*", self.prefix);
+        let conn = self.conn()?;
+        let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
+            .arg(&pattern)
+            .query(conn)
+            .map_err(|e| store_err(RedisStoreError::from_redis("destroy", e)))?;
+        let mut n = 0;
+        for chunk in keys.chunks(500) {
+            let removed: u64 = redis::cmd("UNLINK")
+                .arg(chunk)
+                .query(conn)
+                .map_err(|e| store_err(RedisStoreError::from_redis("destroy", e)))?;
+            n += removed;
+        }
+        Ok(n)
+    }
+
+    /// Runs a test hook of the script (exact conversions), for the conformance tests.
+    #[doc(hidden)]
+    pub fn debug_call(&mut self, op: &'static str, args: &[String]) -> Result<Value> {
+        let args: Vec<Vec<u8>> = args.iter().map(|a| a.clone().into_bytes()).collect();
+        self.call(op, false, &args)
+    }
+}
+
+fn invalid(request: &Request, reason: String) -> frontier_core::InvalidRequest {
+    frontier_core::InvalidRequest::new(&request.url, reason)
+}
+
+fn split_poll(v: Value) -> Result<PollReply> {
+    let Value::Array(mut items) = v else {
+        return Err(protocol("poll", "not an array"));
+    };
+    if items.is_empty() {
+        return Err(protocol("poll", "empty reply"));
+    }
+    let kind = as_bytes(&items.remove(0))
+        .ok_or_else(|| protocol("poll", "no kind"))?
+        .to_vec();
+    Ok(PollReply {
+        kind,
+        fields: items,
+    })
+}
+
+impl Scheduling for RedisFrontier {
+    type StoreError = RedisStoreError;
+    type Closed = ();
+
+    fn push(&mut self, request: &Request, now: Timestamp) -> Result<PushOutcome> {
+        RedisFrontier::push(self, request, now)
+    }
+
+    fn push_all(&mut self, requests: &[Request], now: Timestamp) -> Result<Vec<PushOutcome>> {
+        RedisFrontier::push_all(self, requests, now)
+    }
+
+    fn poll(&mut self, now: Timestamp) -> Result<Poll> {
+        RedisFrontier::poll(self, now)
+    }
+
+    fn complete(&mut self, lease: LeaseId, outcome: &Outcome<'_>, now: Timestamp) -> Result<bool> {
+        RedisFrontier::complete(self, lease, outcome, now)
+    }
+
+    fn retry(
+        &mut self,
+        lease: LeaseId,
+        outcome: &Outcome<'_>,
+        priority_adjust: i32,
+        now: Timestamp,
+    ) -> Result<bool> {
+        RedisFrontier::retry(self, lease, outcome, priority_adjust, now)
+    }
+
+    fn poll_timeout(&self) -> Option<Timestamp> {
+        RedisFrontier::poll_timeout(self)
+    }
+
+    fn in_flight(&self) -> usize {
+        RedisFrontier::in_flight(self)
+    }
+
+    fn delay_scope(&mut self, scope: &str, secs: f64, now: Timestamp) -> Result<()> {
+        RedisFrontier::delay_scope(self, scope, secs, now)
+    }
+
+    fn handle_crawl_delay(
+        &mut self,
+        scope: &str,
+        secs: f64,
+        now: Timestamp,
+    ) -> Result<CrawlDelayDecision> {
+        RedisFrontier::handle_crawl_delay(self, scope, secs, now)
+    }
+
+    fn reconcile_quota(&mut self, scope: &str, how: QuotaReconcile, now: Timestamp) -> Result<()> {
+        RedisFrontier::reconcile_quota(self, scope, how, now)
+    }
+
+    /// Every operation is applied by the server when it returns; its durability is the
+    /// server's (AOF / replication), not this client's.
+    fn commit(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    fn close(self) -> Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,146 @@
+//! A throwaway `redis-server` for tests and benchmarks.
+//!
+//! [`RedisServer::start`] runs the `redis-server` binary (from `$REDIS_SERVER`, else the
+//! `PATH`) on a free loopback port without persistence (`--save '' --appendonly no`) and
+//! stops it, by its process id, when dropped. When the binary is missing it prints a
+//! visible `SKIP` line and returns `None`, unless `REQUIRE_REDIS=1` is set, where a missing
+//! server is an error (CI installs it).
+//!
+//! ```no_run
+//! use store_redis::testing::RedisServer;
+//!
+//! let Some(server) = RedisServer::start("my_test").unwrap() else { return };
+//! let url = server.url(); // redis://127.0.0.1:PORT/
+//! # let _ = url;
+//! ```
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `redis-server` child process, killed on drop.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Child,
+    port: u16,
+    dir: PathBuf,
+}
+
+/// Whether `REQUIRE_REDIS=1` is set: a missing server must fail the test.
+pub fn redis_required() -> bool {
+    std::env::var("REQUIRE_REDIS").is_ok_and(|v| v == "1")
+}
+
+fn binary() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("REDIS_SERVER") {
+        return Some(PathBuf::from(p));
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join("redis-server"))
+        .find(|p| p.is_file())
+}
+
+fn ping(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    if s.write_all(b"PING\r\n").is_err() {
+        return false;
+    }
+    let mut buf = [0u8; 7];
+    s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+}
+
+impl RedisServer {
+    /// Starts a server for the test `name` (used in the SKIP line and its scratch
+    /// folder). `Ok(None)`: no binary and `REQUIRE_REDIS` is not set (a SKIP line was
+    /// printed). `Err`: the binary is missing while required, or the server did not come
+    /// up.
+    pub fn start(name: &str) -> Result<Option<RedisServer>, String> {
+        let Some(bin) = binary() else {
+            if redis_required() {
+                return Err(format!(
+                    "{name}: redis-server not found but REQUIRE_REDIS=1 \
+                     (apt-get install -y redis-server)"
+                ));
+            }
+            eprintln!("SKIP {name}: redis-server not found (set REQUIRE_REDIS=1 to fail instead)");
+            return Ok(None);
+        };
+        let mut last_err = String::new();
+        for _attempt in 0..5 {
+            // A free port: bind port 0, read it, release it for the server.
+            let port = TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map_err(|e| format!("no free port: {e}"))?
+                .port();
+            let dir = std::env::temp_dir().join(format!(
+                "store-redis-{}-{}-{port}",
+                name.replace(|c: char| !c.is_ascii_alphanumeric(), "_"),
+                std::process::id()
+            ));
+            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            let mut child = Command::new(&bin)
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .arg("--dir")
+                .arg(&dir)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| format!("starting {}: {e}", bin.display()))?;
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if ping(port) {
+                    return Ok(Some(RedisServer { child, port, dir }));
+                }
+                if let Ok(Some(status)) = child.try_wait() {
+                    last_err = format!("redis-server exited with {status} (port {port} taken?)");
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            if last_err.is_empty() {
+                last_err = format!("redis-server on port {port} did not answer PING");
+            }
+        }
+        Err(last_err)
+    }
+
+    /// Starts a server or panics (see [`start`](Self::start)); `None` means skipped.
+    pub fn start_or_skip(name: &str) -> Option<RedisServer> {
+        match Self::start(name) {
+            Ok(s) => s,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// The server's port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:PORT/`
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
