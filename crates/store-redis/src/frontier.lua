@@ -1379,14 +1379,17 @@ OPS.crawl_delay = function(args)
   return {'applied', fmt(delay), conc}
 end
 
--- scope NAME KIND: the scope's stats as of now, or nil if it has no state.
+-- scope NAME KIND [raw]: the scope's stats as of now, or nil if it has no state.
+-- With a third argument 'raw': as of the last operation on it, without applying
+-- anything (a read that changes nothing).
 OPS.scope = function(args)
   reg(args[1], args[2])
-  local now = tclamp(NOW)
   local st = tfind(args[1])
-  if not st then cflush(); return nil end
-  advance(st, params_of(args[1]), now)
-  flush_all()
+  if not st then return nil end
+  if args[3] ~= 'raw' then
+    advance(st, params_of(args[1]), tclamp(NOW))
+    flush_all()
+  end
   return {st.sn, st.dn, st.tr, st.a, fmt(st.bd), fmt(st.d), st.c, st.lv, fmt(st.na),
           fmt(st.hu), fmt(st.qc)}
 end

@@ -884,6 +884,17 @@ impl RedisFrontier {
     /// it has one.
     pub fn scope_stats(&mut self, scope: &str, now: Timestamp) -> Result<Option<RedisScopeStats>> {
         let v = self.scope_op("scope", scope, &[], now)?;
+        Self::parse_scope(v)
+    }
+
+    /// A scope's state as of the last operation on it, changing nothing (what
+    /// [`Throttler::scopes`](throttle_core::Throttler::scopes) shows in-process).
+    pub fn scope_stats_raw(&mut self, scope: &str) -> Result<Option<RedisScopeStats>> {
+        let v = self.scope_op("scope", scope, &[b"raw".to_vec()], Timestamp::ZERO)?;
+        Self::parse_scope(v)
+    }
+
+    fn parse_scope(v: Value) -> Result<Option<RedisScopeStats>> {
         let items = match v {
             Value::Nil => return Ok(None),
             Value::Array(items) if items.len() == 11 => items,

@@ -1,0 +1,683 @@
+//! Conformance: the same fake-clock timelines run through the in-process frontier
+//! (`frontier_core::Frontier`, which owns `throttle_core::Throttler`) and through the Redis
+//! frontier must produce identical decisions, step by step: push outcomes and lease ids,
+//! what each poll hands out (or `NotUntil(t)` / `Blocked` / `Empty`), completions and
+//! retries, Crawl-delay decisions, and every touched scope's state (delay, backoff level,
+//! concurrency, next send times, quota consumed, counters).
+//!
+//! Scripted timelines cover each rule (delay, backoff steps, recovery, header delays,
+//! quotas, multi-scope admission, rampup, ordering); random timelines (seeded, with and
+//! without jitter) mix them all.
+
+use std::sync::OnceLock;
+
+use frontier_core::{Frontier, FrontierConfig, LeaseId, Poll, PushOutcome, Request};
+use store_redis::testing::RedisServer;
+use store_redis::{RedisConfig, RedisFrontier, RedisScopeStats};
+use throttle_core::{
+    BackoffConfig, BackoffTarget, Jitter, Outcome, QueueOrder, QuotaReconcile, RampupConfig,
+    ScopeConfig, ScopeStats, Settings, StartOrder, Timestamp,
+};
+
+fn server() -> Option<&'static RedisServer> {
+    static SERVER: OnceLock<Option<RedisServer>> = OnceLock::new();
+    SERVER
+        .get_or_init(|| RedisServer::start_or_skip("store-redis conformance"))
+        .as_ref()
+}
+
+fn crawl_name() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!("conf{}", N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// One input of a timeline.
+#[derive(Clone, Debug)]
+enum Step {
+    Push(Request),
+    Poll,
+    /// Completes the `n`-th oldest lease still out (modulo their number).
+    Complete(usize, Out),
+    Retry(usize, Out, i32),
+    Advance(u64),
+    /// Jumps to the time of the last `NotUntil` answer.
+    Sleep,
+    DelayScope(&'static str, f64),
+    CrawlDelay(&'static str, f64),
+    SetDelay(&'static str, f64),
+    SetConcurrency(&'static str, u32),
+    Reconcile(&'static str, QuotaReconcile),
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Out {
+    Ok,
+    Status(u16),
+    RetryAfter(u16, u32),
+    Error(&'static str),
+    Cancelled,
+}
+
+impl Out {
+    fn outcome(self) -> Outcome<'static> {
+        match self {
+            Out::Ok => Outcome::status(200),
+            Out::Status(s) => Outcome::status(s),
+            Out::RetryAfter(s, secs) => {
+                let v = secs.to_string();
+                Outcome::response(s, [("Retry-After", v.as_str())], None)
+            }
+            Out::Error(k) => Outcome::error(k),
+            Out::Cancelled => Outcome::Cancelled,
+        }
+    }
+}
+
+/// What one side answered to a step (compared between the two sides).
+#[derive(Debug, PartialEq)]
+enum Answer {
+    Pushed(Result<PushOutcome, String>),
+    Polled(String),
+    Done(bool),
+    Ok,
+    Text(String),
+}
+
+fn poll_text(p: &Poll) -> String {
+    match p {
+        Poll::Ready(l) => format!("ready #{} {}", l.id().0, l.request.url),
+        Poll::NotUntil(t) => format!("until {}", t.as_nanos()),
+        Poll::Blocked => "blocked".into(),
+        Poll::Empty => "empty".into(),
+    }
+}
+
+fn core_stats(s: &ScopeStats) -> String {
+    format!(
+        "sent {} done {} trig {} active {} base {:?} delay {:?} conc {} level {} next {} hard {} consumed {:?}",
+        s.sent,
+        s.done,
+        s.triggers,
+        s.active,
+        s.base_delay,
+        s.delay,
+        s.concurrency,
+        s.level,
+        s.next_allowed.as_nanos(),
+        s.hard_until.as_nanos(),
+        s.consumed
+    )
+}
+
+fn redis_stats(s: &RedisScopeStats) -> String {
+    format!(
+        "sent {} done {} trig {} active {} base {:?} delay {:?} conc {} level {} next {} hard {} consumed {:?}",
+        s.sent,
+        s.done,
+        s.triggers,
+        s.active,
+        s.base_delay,
+        s.delay,
+        s.concurrency,
+        s.level,
+        s.next_allowed.as_nanos(),
+        s.hard_until.as_nanos(),
+        s.consumed
+    )
+}
+
+/// Runs `steps` through both frontiers and panics at the first difference.
+fn run_both(name: &str, settings: Settings, scopes: &[&str], steps: &[Step]) -> usize {
+    let Some(server) = server() else { return 0 };
+    let start = Timestamp::from_secs(1000);
+    let mut core = Frontier::open(
+        settings.clone(),
+        FrontierConfig::default(),
+        frontier_core::VolatileStore,
+        start,
+    )
+    .unwrap();
+    let mut redis = RedisFrontier::open(
+        &server.url(),
+        &crawl_name(),
+        settings,
+        RedisConfig::default(),
+    )
+    .unwrap();
+    let mut now = start;
+    let mut last_until = None;
+    let mut leases: Vec<LeaseId> = Vec::new();
+    let mut compared = 0;
+    for (i, step) in steps.iter().enumerate() {
+        let (a, b) = match step {
+            Step::Push(r) => (
+                Answer::Pushed(core.push(r, now).map_err(|e| e.to_string())),
+                Answer::Pushed(redis.push(r, now).map_err(|e| e.to_string())),
+            ),
+            Step::Poll => {
+                let pa = core.poll(now).unwrap();
+                let pb = redis.poll(now).unwrap();
+                if let Poll::NotUntil(t) = pa {
+                    last_until = Some(t);
+                }
+                if let Poll::Ready(l) = &pa {
+                    leases.push(l.id());
+                }
+                if let (Poll::Ready(x), Poll::Ready(y)) = (&pa, &pb) {
+                    assert_eq!(
+                        x.request, y.request,
+                        "{name} step {i}: leased requests differ"
+                    );
+                }
+                (
+                    Answer::Polled(poll_text(&pa)),
+                    Answer::Polled(poll_text(&pb)),
+                )
+            }
+            Step::Complete(n, out) | Step::Retry(n, out, _) => {
+                if leases.is_empty() {
+                    continue;
+                }
+                let id = leases.remove(n % leases.len());
+                let o = out.outcome();
+                match step {
+                    Step::Retry(_, _, adj) => (
+                        Answer::Done(core.retry(id, &o, *adj, now).unwrap()),
+                        Answer::Done(redis.retry(id, &o, *adj, now).unwrap()),
+                    ),
+                    _ => (
+                        Answer::Done(core.complete(id, &o, now).unwrap()),
+                        Answer::Done(redis.complete(id, &o, now).unwrap()),
+                    ),
+                }
+            }
+            Step::Advance(ms) => {
+                now = now + std::time::Duration::from_millis(*ms);
+                continue;
+            }
+            Step::Sleep => {
+                if let Some(t) = last_until.take() {
+                    now = now.max(t);
+                }
+                continue;
+            }
+            Step::DelayScope(s, secs) => {
+                core.delay_scope(s, *secs, now).unwrap();
+                redis.delay_scope(s, *secs, now).unwrap();
+                (Answer::Ok, Answer::Ok)
+            }
+            Step::CrawlDelay(s, secs) => (
+                Answer::Text(format!(
+                    "{:?}",
+                    core.handle_crawl_delay(s, *secs, now).unwrap()
+                )),
+                Answer::Text(format!(
+                    "{:?}",
+                    redis.handle_crawl_delay(s, *secs, now).unwrap()
+                )),
+            ),
+            Step::SetDelay(s, secs) => {
+                core.set_scope_delay(s, *secs, now).unwrap();
+                redis.set_scope_delay(s, *secs, now).unwrap();
+                (Answer::Ok, Answer::Ok)
+            }
+            Step::SetConcurrency(s, c) => (
+                Answer::Text(format!(
+                    "{:?}",
+                    core.set_scope_concurrency(s, *c, now).is_ok()
+                )),
+                Answer::Text(format!(
+                    "{:?}",
+                    redis.set_scope_concurrency(s, *c, now).is_ok()
+                )),
+            ),
+            Step::Reconcile(s, how) => {
+                core.reconcile_quota(s, *how, now).unwrap();
+                redis.reconcile_quota(s, *how, now).unwrap();
+                (Answer::Ok, Answer::Ok)
+            }
+        };
+        assert_eq!(
+            a, b,
+            "{name} step {i} ({step:?}) at {now:?}: in-process vs redis"
+        );
+        compared += 1;
+        // Every scope's state after every step, as of the last operation on it (a
+        // read that changes nothing on either side).
+        for s in scopes {
+            let ca = core
+                .throttler()
+                .scopes()
+                .find(|(n, _)| n == s)
+                .map(|(_, st)| st);
+            let cb = redis.scope_stats_raw(s).unwrap();
+            match (ca, cb) {
+                (None, None) => {}
+                (Some(cs), Some(rs)) => assert_eq!(
+                    core_stats(&cs),
+                    redis_stats(&rs),
+                    "{name} step {i} ({step:?}) at {now:?}: scope {s} state differs"
+                ),
+                (x, y) => panic!(
+                    "{name} step {i} ({step:?}): scope {s} exists in-process {}, in redis {}",
+                    x.is_some(),
+                    y.is_some()
+                ),
+            }
+        }
+    }
+    // Both agree on the counters too.
+    let info = redis.info().unwrap();
+    let st = core.stats();
+    assert_eq!(
+        (
+            info.stats.enqueued,
+            info.stats.dequeued,
+            info.stats.filtered,
+            info.stats.acked,
+            info.stats.retried,
+            info.stats.depth_ignored,
+            info.stats.depth_max
+        ),
+        (
+            st.enqueued,
+            st.dequeued,
+            st.filtered,
+            st.acked,
+            st.retried,
+            st.depth_ignored,
+            st.depth_max
+        ),
+        "{name}: stats differ"
+    );
+    assert_eq!(
+        info.queued + info.delayed,
+        core.len() as u64,
+        "{name}: queue length"
+    );
+    compared
+}
+
+fn get(url: &str) -> Request {
+    Request::get(url)
+}
+
+fn base() -> Settings {
+    Settings::default().without_jitter()
+}
+
+#[test]
+fn delay_and_concurrency() {
+    let s = base()
+        .with_scope("a.com", ScopeConfig::new().delay(2.0).concurrency(1))
+        .with_scope("b.com", ScopeConfig::new().delay(0.5).concurrency(2));
+    let mut steps = Vec::new();
+    for i in 0..6 {
+        steps.push(Step::Push(get(&format!("https://a.com/{i}"))));
+        steps.push(Step::Push(get(&format!("https://b.com/{i}"))));
+    }
+    for _ in 0..30 {
+        steps.extend([
+            Step::Poll,
+            Step::Poll,
+            Step::Complete(0, Out::Ok),
+            Step::Poll,
+            Step::Sleep,
+            Step::Advance(100),
+        ]);
+    }
+    run_both("delay_and_concurrency", s, &["a.com", "b.com"], &steps);
+}
+
+#[test]
+fn backoff_steps_recovery_and_header_delays() {
+    let mut s = base().with_scope("a.com", ScopeConfig::new().delay(0.5).concurrency(1));
+    s.backoff_window = 10.0;
+    let mut steps = Vec::new();
+    for i in 0..20 {
+        steps.push(Step::Push(get(&format!("https://a.com/{i}"))));
+    }
+    let outs = [
+        Out::Status(429),
+        Out::Status(503),
+        Out::Ok,
+        Out::RetryAfter(429, 7),
+        Out::Status(200),
+        Out::Error("timeout"),
+        Out::Error("dns"),
+        Out::RetryAfter(200, 30),   // not a trigger: ignored
+        Out::Status(500),           // not in the default codes
+        Out::RetryAfter(503, 1000), // capped at backoff_max_delay
+    ];
+    for round in 0..20 {
+        steps.extend([
+            Step::Poll,
+            Step::Advance(300),
+            Step::Complete(0, outs[round % outs.len()]),
+            Step::Poll,
+            Step::Sleep,
+            Step::Poll,
+            Step::Advance(4000),
+        ]);
+    }
+    run_both("backoff", s, &["a.com"], &steps);
+}
+
+#[test]
+fn quotas_and_reconcile() {
+    let s = base()
+        .with_scope(
+            "api",
+            ScopeConfig::new().quota(5.0).window(10.0).concurrency(0),
+        )
+        .with_scope(
+            "cost",
+            ScopeConfig::new().quota(10.0).window(30.0).concurrency(0),
+        );
+    let mut steps = Vec::new();
+    for i in 0..30 {
+        let mut r = get(&format!("https://api.example.com/q/{i}")).scope("api");
+        if i % 3 == 0 {
+            r = r.scope_amount("cost", 4.0);
+        }
+        steps.push(Step::Push(r));
+    }
+    for round in 0..40 {
+        steps.extend([Step::Poll, Step::Complete(0, Out::Ok), Step::Poll]);
+        if round % 7 == 3 {
+            steps.push(Step::Reconcile("api", QuotaReconcile::Remaining(1.0)));
+        }
+        if round % 11 == 5 {
+            steps.push(Step::Reconcile("cost", QuotaReconcile::Consumed(-3.0)));
+        }
+        steps.extend([Step::Poll, Step::Sleep, Step::Advance(700)]);
+    }
+    run_both("quotas", s, &["api", "cost"], &steps);
+}
+
+#[test]
+fn multi_scope_admission_and_ordering() {
+    let mut s = base()
+        .with_scope("a.com", ScopeConfig::new().delay(1.0).concurrency(2))
+        .with_scope("shared", ScopeConfig::new().concurrency(2))
+        .with_scope("b.com", ScopeConfig::new().concurrency(1));
+    s.concurrent_requests = 3;
+    let mut steps = Vec::new();
+    for i in 0..8 {
+        steps.push(Step::Push(
+            get(&format!("https://a.com/{i}"))
+                .scope("a.com")
+                .scope("shared")
+                .priority(i % 3),
+        ));
+        steps.push(Step::Push(
+            get(&format!("https://b.com/{i}"))
+                .scope("b.com")
+                .scope("shared")
+                .priority(1),
+        ));
+        steps.push(Step::Push(
+            get(&format!("https://c.com/{i}")).priority((i % 2) - 1),
+        ));
+        steps.push(Step::Push(get(&format!("https://d.com/s{i}")).start()));
+    }
+    for round in 0..50 {
+        steps.extend([
+            Step::Poll,
+            Step::Poll,
+            Step::Poll,
+            Step::Complete(round % 3, Out::Ok),
+            Step::Poll,
+            Step::Sleep,
+            Step::Advance(250),
+        ]);
+        if round % 9 == 4 {
+            steps.push(Step::Retry(0, Out::Status(503), -1));
+        }
+    }
+    run_both(
+        "multi_scope",
+        s,
+        &["a.com", "shared", "b.com", "c.com", "d.com"],
+        &steps,
+    );
+    let mut fifo = base();
+    fifo.scheduler_order = QueueOrder::Fifo;
+    fifo.start_order = StartOrder::Lifo;
+    fifo.depth_priority = 1;
+    let mut steps = Vec::new();
+    for i in 0..12 {
+        let mut r = get(&format!("https://e.com/{i}")).depth(i % 4);
+        if i % 5 == 0 {
+            r = r.start();
+        }
+        steps.push(Step::Push(r));
+    }
+    for _ in 0..15 {
+        steps.extend([Step::Poll, Step::Complete(0, Out::Ok)]);
+    }
+    run_both("fifo_depth", fifo, &["e.com"], &steps);
+}
+
+#[test]
+fn rampup_crawl_delay_and_live_changes() {
+    let mut s = base()
+        .with_scope(
+            "r.com",
+            ScopeConfig::new()
+                .delay(1.0)
+                .max_concurrency(4)
+                .rampup(RampupConfig {
+                    backoff_target: Some(BackoffTarget { low: 1, high: 2 }),
+                    min_delay: Some(0.1),
+                    ..Default::default()
+                }),
+        )
+        .with_scope("k.com", ScopeConfig::new().delay(0.2).concurrency(4))
+        .with_scope(
+            "z.com",
+            ScopeConfig::new()
+                .delay(0.05)
+                .rampup(RampupConfig::default()),
+        );
+    s.backoff_window = 5.0;
+    let mut steps = Vec::new();
+    for i in 0..40 {
+        steps.push(Step::Push(get(&format!("https://r.com/{i}"))));
+        steps.push(Step::Push(get(&format!("https://k.com/{i}"))));
+        steps.push(Step::Push(get(&format!("https://m.com/{i}"))));
+        steps.push(Step::Push(get(&format!("https://z.com/{i}"))));
+    }
+    steps.push(Step::CrawlDelay("k.com", 3.0)); // configured faster: kept, warned once
+    steps.push(Step::CrawlDelay("k.com", 3.0));
+    steps.push(Step::CrawlDelay("m.com", 2.5)); // applied
+    for round in 0..60 {
+        let out = if round % 13 == 0 {
+            Out::Status(429)
+        } else {
+            Out::Ok
+        };
+        steps.extend([
+            Step::Poll,
+            Step::Poll,
+            Step::Complete(0, out),
+            Step::Poll,
+            Step::Sleep,
+            Step::Advance(900),
+        ]);
+        if round == 20 {
+            steps.push(Step::SetDelay("m.com", 0.5));
+            steps.push(Step::SetConcurrency("k.com", 1));
+            steps.push(Step::SetConcurrency("r.com", 0));
+        }
+        if round == 30 {
+            steps.push(Step::DelayScope("k.com", 12.0));
+        }
+    }
+    run_both("rampup", s, &["r.com", "k.com", "m.com", "z.com"], &steps);
+}
+
+/// A small seeded generator for random timelines (xorshift64*).
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
+        xs[self.below(xs.len() as u64) as usize]
+    }
+}
+
+fn random_settings(rng: &mut Rng, jitter: bool) -> Settings {
+    let mut s = if jitter { Settings::default() } else { base() };
+    s.seed = rng.next();
+    if jitter {
+        s.randomize_download_delay = Jitter::Range {
+            low: -0.3,
+            high: 0.4,
+        };
+    }
+    s.concurrent_requests = rng.pick(&[2, 4, 16]);
+    s.backoff_window = rng.pick(&[5.0, 20.0]);
+    s.backoff_min_delay = rng.pick(&[0.5, 1.0]);
+    s.scheduler_order = rng.pick(&[QueueOrder::Lifo, QueueOrder::Fifo]);
+    s.start_order = rng.pick(&[StartOrder::Fifo, StartOrder::Lifo, StartOrder::Same]);
+    s.depth_priority = rng.pick(&[0, 1]);
+    s.depth_limit = rng.pick(&[0, 3]);
+    s.throttling_window = 15.0;
+    s.with_scope("a.com", ScopeConfig::new().delay(1.0).concurrency(2))
+        .with_scope(
+            "b.com",
+            ScopeConfig::new().delay(0.4).rampup(RampupConfig {
+                min_delay: Some(0.05),
+                ..Default::default()
+            }),
+        )
+        .with_scope(
+            "api",
+            ScopeConfig::new().quota(6.0).window(10.0).concurrency(2),
+        )
+        .with_scope(
+            "c.com",
+            ScopeConfig::new().delay(0.25).backoff(BackoffConfig {
+                http_codes: Some(vec![500, 429]),
+                delay_factor: Some(3.0),
+                ..Default::default()
+            }),
+        )
+}
+
+fn random_steps(rng: &mut Rng, n: usize) -> Vec<Step> {
+    const HOSTS: [&str; 6] = [
+        "a.com",
+        "b.com",
+        "c.com",
+        "d.com",
+        "10.0.0.1:8080",
+        "localhost:9",
+    ];
+    let mut steps = Vec::with_capacity(n);
+    for _ in 0..n {
+        let roll = rng.below(100);
+        let step = match roll {
+            0..=29 => {
+                let host = rng.pick(&HOSTS);
+                let scheme = if host.ends_with(":8080") || host.ends_with(":9") {
+                    "http"
+                } else {
+                    "https"
+                };
+                let mut r = Request::get(format!("{scheme}://{host}/p/{}", rng.below(40)))
+                    .priority(rng.below(5) as i32 - 2)
+                    .depth(rng.below(5) as u32);
+                match rng.below(20) {
+                    0 => r = r.start(),
+                    1 => r = r.dont_filter(),
+                    2 => r = r.dont_track(),
+                    3 => r = r.dont_throttle(),
+                    4 => r = r.delay(rng.below(5000) as f64 / 1000.0),
+                    5 => r = r.scope("api"),
+                    6 => r = r.scope("api").scope_amount(host, 2.0),
+                    7 => r = r.scope("a.com").scope("c.com"),
+                    8 => r = r.callback("parse_item"),
+                    _ => {}
+                }
+                Step::Push(r)
+            }
+            30..=64 => Step::Poll,
+            65..=76 => {
+                let out = match rng.below(10) {
+                    0 => Out::Status(429),
+                    1 => Out::RetryAfter(503, rng.below(20) as u32),
+                    2 => Out::Error("timeout"),
+                    3 => Out::Status(500),
+                    4 => Out::Cancelled,
+                    _ => Out::Ok,
+                };
+                Step::Complete(rng.below(8) as usize, out)
+            }
+            77..=80 => Step::Retry(
+                rng.below(8) as usize,
+                rng.pick(&[Out::Status(429), Out::Error("connection"), Out::Ok]),
+                -1,
+            ),
+            81..=88 => Step::Advance(rng.below(3000)),
+            89..=93 => Step::Sleep,
+            94 => Step::DelayScope(rng.pick(&HOSTS), rng.below(10) as f64),
+            95 => Step::CrawlDelay(rng.pick(&HOSTS), rng.below(4) as f64 + 0.5),
+            96 => Step::SetDelay(rng.pick(&HOSTS), rng.below(3) as f64 * 0.5),
+            97 => Step::SetConcurrency(rng.pick(&HOSTS), rng.below(4) as u32),
+            _ => Step::Reconcile(
+                "api",
+                if rng.below(2) == 0 {
+                    QuotaReconcile::Consumed(2.0)
+                } else {
+                    QuotaReconcile::Remaining(1.0)
+                },
+            ),
+        };
+        steps.push(step);
+    }
+    steps
+}
+
+const RANDOM_SCOPES: [&str; 7] = [
+    "a.com",
+    "b.com",
+    "c.com",
+    "d.com",
+    "10.0.0.1:8080",
+    "localhost:9",
+    "api",
+];
+
+#[test]
+fn random_timelines_without_jitter() {
+    let mut total = 0;
+    for seed in 1..=30u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let s = random_settings(&mut rng, false);
+        let steps = random_steps(&mut rng, 250);
+        total += run_both(&format!("random seed {seed}"), s, &RANDOM_SCOPES, &steps);
+    }
+    if server().is_some() {
+        assert!(total > 30 * 150, "compared {total} answers");
+    }
+}
+
+#[test]
+fn random_timelines_with_jitter() {
+    for seed in 100..=115u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let s = random_settings(&mut rng, true);
+        let steps = random_steps(&mut rng, 250);
+        run_both(&format!("jitter seed {seed}"), s, &RANDOM_SCOPES, &steps);
+    }
+}
