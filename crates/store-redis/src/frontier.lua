@@ -1051,7 +1051,15 @@ local function sched_poll(now, reserve)
 end
 
 -- ------------------------------------------------------------------ frontier
-local KL, KLX, KST = P .. 'L', P .. 'lx', P .. 'st'
+local KL, KLX, KST, KRA = P .. 'L', P .. 'lx', P .. 'st', P .. 'ra'
+-- A lease id is the request's sequence number plus 2^40 times its redelivery count, so a
+-- worker that lost its lease (it expired and went to another) cannot end the new one.
+local LEASE_SPAN = 1099511627776
+local function lease_parts(id)
+  local n = tonumber(id)
+  if not n then fail('CONFIG', 'bad lease id ' .. tostring(id)) end
+  return n % LEASE_SPAN, floor(n / LEASE_SPAN)
+end
 local function stat(name, d) call('HINCRBY', KST, name, d) end
 
 local function frontier_release(rec, outcome, now)
@@ -1068,6 +1076,7 @@ local function redeliver_expired(now, limit)
     call('ZREM', KLX, seq)
     if rec then
       call('HDEL', KL, seq)
+      call('HSET', KRA, seq, ((rec.k or 0) + 1) % 8192)
       local key = G(rec.g).k
       frontier_release(rec, {cancelled = true}, now)
       local gid = group_for(key, nil)
@@ -1194,11 +1203,12 @@ OPS.poll = function(args)
     local start = flags % 2 == 1
     local dt = floor(flags / 2) % 2 == 1
     local exp = NOW + lease_ns
-    hsave(KL, seq, {g = gid, p = permit, pr = r[5], sr = start, dt = dt, m = m, x = exp})
+    local k = tonumber(call('HGET', KRA, seq) or '0')
+    hsave(KL, seq, {g = gid, p = permit, pr = r[5], sr = start, dt = dt, m = m, x = exp, k = k})
     call('ZADD', KLX, exp, seq)
     cadd('deq', 1)
     cadd('leased', 1)
-    out = {'ready', seq, ssub(m, 15), G(gid).k}
+    out = {'ready', seq + k * LEASE_SPAN, ssub(m, 15), G(gid).k}
   else
     out = {r[1], fmt(r[2] or -1)}
   end
@@ -1224,27 +1234,36 @@ OPS.peek = function(args)
   return out
 end
 
--- complete SEQ KIND A B: outcome kind 's' (status A, header delay ns B or -1),
+-- complete LEASE KIND A B: outcome kind 's' (status A, header delay ns B or -1),
 -- 'e' (error kind A) or 'c' (cancelled). Returns 1, or 0 for an unknown lease.
-OPS.complete = function(args)
-  local seq = args[1]
+-- The lease record of lease id ID, if it is still out under that id.
+local function lease_of(id)
+  local seq, k = lease_parts(id)
   local rec = hload(KL, seq)
-  if not rec then return 0 end
+  if not rec or (rec.k or 0) ~= k then return nil end
+  return rec, seq
+end
+local function end_lease(seq)
   call('HDEL', KL, seq)
   call('ZREM', KLX, seq)
+  call('HDEL', KRA, seq)
+end
+
+OPS.complete = function(args)
+  local rec, seq = lease_of(args[1])
+  if not rec then return 0 end
+  end_lease(seq)
   frontier_release(rec, decode_outcome(args[2], args[3], args[4]), NOW)
   cadd('acked', 1)
   flush_all()
   return 1
 end
 
--- retry SEQ KIND A B ADJUST: puts the lease back with its priority adjusted.
+-- retry LEASE KIND A B ADJUST: puts the lease back with its priority adjusted.
 OPS.retry = function(args)
-  local seq = args[1]
-  local rec = hload(KL, seq)
+  local rec, seq = lease_of(args[1])
   if not rec then return 0 end
-  call('HDEL', KL, seq)
-  call('ZREM', KLX, seq)
+  end_lease(seq)
   local key = G(rec.g).k
   frontier_release(rec, decode_outcome(args[2], args[3], args[4]), NOW)
   local gid = group_for(key, nil)
@@ -1258,10 +1277,9 @@ OPS.retry = function(args)
   return 1
 end
 
--- extend SEQ LEASE_NS: pushes a lease's expiry to now + LEASE_NS (a heartbeat).
+-- extend LEASE LEASE_NS: pushes a lease's expiry to now + LEASE_NS (a heartbeat).
 OPS.extend = function(args)
-  local seq = args[1]
-  local rec = hload(KL, seq)
+  local rec, seq = lease_of(args[1])
   if not rec then return 0 end
   rec.x = NOW + tonumber(args[2])
   hsave(KL, seq, rec)

@@ -1,8 +1,8 @@
 //! The Redis frontier's own behaviour: push, poll, leases, errors.
 
-use frontier_core::{Poll, PushOutcome, Request};
+use frontier_core::{FrontierError, Poll, PushOutcome, Request};
 use store_redis::testing::RedisServer;
-use store_redis::{RedisConfig, RedisFrontier};
+use store_redis::{RedisConfig, RedisFrontier, RedisStoreError, TimeSource};
 use throttle_core::{Outcome, ScopeConfig, Settings, Timestamp};
 
 fn t(s: u64) -> Timestamp {
@@ -44,4 +44,256 @@ fn push_poll_complete() {
     assert_eq!(l2.request.callback.as_deref(), Some("parse"));
     assert!(f.complete(l2.id(), &Outcome::status(200), t(2)).unwrap());
     assert_eq!(f.poll(t(3)).unwrap(), Poll::Empty);
+}
+
+fn open(
+    server: &RedisServer,
+    crawl: &str,
+    settings: Settings,
+    config: RedisConfig,
+) -> RedisFrontier {
+    RedisFrontier::open(&server.url(), crawl, settings, config).unwrap()
+}
+
+fn conn(server: &RedisServer) -> redis::Connection {
+    redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap()
+}
+
+#[test]
+fn expired_leases_are_redelivered_and_free_their_slots() {
+    let Some(server) = RedisServer::start_or_skip("expired_leases") else {
+        return;
+    };
+    let settings = Settings::default()
+        .without_jitter()
+        .with_scope("a.com", ScopeConfig::new().concurrency(1));
+    let config = RedisConfig {
+        lease_timeout: std::time::Duration::from_secs(10),
+        ..RedisConfig::default()
+    };
+    let mut a = open(&server, "leases", settings.clone(), config.clone());
+    let mut b = open(&server, "leases", settings, config);
+    a.push(&Request::get("https://a.com/1"), t(0)).unwrap();
+    a.push(&Request::get("https://a.com/2"), t(0)).unwrap();
+    let Poll::Ready(first) = a.poll(t(0)).unwrap() else {
+        panic!()
+    };
+    // Worker b sees the host busy (concurrency 1 held by a), and a recheck time.
+    assert_eq!(b.poll(t(1)).unwrap(), Poll::Blocked);
+    assert_eq!(b.in_flight(), 1);
+    assert!(b.poll_timeout().is_some_and(|p| p <= t(10)));
+    // a extends its lease once, then dies: the lease expires at 15 s.
+    assert!(a.extend(first.id(), t(5)).unwrap());
+    assert_eq!(b.poll(t(12)).unwrap(), Poll::Blocked);
+    let Poll::Ready(again) = b.poll(t(15)).unwrap() else {
+        panic!("redelivered")
+    };
+    assert_ne!(again.id(), first.id(), "a new lease on the same request");
+    assert_eq!(
+        again.id().0 % (1 << 40),
+        first.id().0,
+        "same sequence number"
+    );
+    assert_eq!(again.request, first.request);
+    // The dead worker's late acknowledgement is refused: the lease is b's now.
+    assert!(
+        !a.complete(first.id(), &Outcome::status(200), t(16))
+            .unwrap()
+    );
+    assert!(
+        b.complete(again.id(), &Outcome::status(200), t(16))
+            .unwrap()
+    );
+    let Poll::Ready(second) = b.poll(t(16)).unwrap() else {
+        panic!()
+    };
+    assert!(
+        b.complete(second.id(), &Outcome::status(200), t(16))
+            .unwrap()
+    );
+    assert_eq!(b.poll(t(16)).unwrap(), Poll::Empty);
+    let info = b.info().unwrap();
+    assert_eq!(info.stats.redelivered, 1);
+    assert_eq!(info.stats.acked, 2);
+    assert_eq!(info.leased, 0);
+}
+
+#[test]
+fn damaged_data_gives_typed_errors() {
+    let Some(server) = RedisServer::start_or_skip("damaged_data") else {
+        return;
+    };
+    let settings = Settings::default().without_jitter();
+    let mut f = open(&server, "dmg", settings.clone(), RedisConfig::default());
+    let mut c = conn(&server);
+    f.push(&Request::get("https://a.com/1"), t(0)).unwrap();
+    f.push(&Request::get("https://b.com/1"), t(0)).unwrap();
+
+    // A payload that does not decode: Corrupt naming its lease, which complete drops.
+    let q: Vec<Vec<u8>> = redis::cmd("ZRANGE")
+        .arg("{dmg}:q:0")
+        .arg(0)
+        .arg(-1)
+        .query(&mut c)
+        .unwrap();
+    let mut bad = q[0][..14].to_vec();
+    bad.extend_from_slice(b"\x09garbage");
+    let _: () = redis::pipe()
+        .cmd("ZREM")
+        .arg("{dmg}:q:0")
+        .arg(&q[0])
+        .ignore()
+        .cmd("ZADD")
+        .arg("{dmg}:q:0")
+        .arg(0)
+        .arg(&bad)
+        .ignore()
+        .query(&mut c)
+        .unwrap();
+    match f.poll(t(0)) {
+        Err(FrontierError::Corrupt { lease, .. }) => {
+            assert!(f.complete(lease, &Outcome::Cancelled, t(0)).unwrap());
+        }
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    let Poll::Ready(l) = f.poll(t(0)).unwrap() else {
+        panic!()
+    };
+    assert_eq!(&*l.request.url, "https://b.com/1");
+    f.complete(l.id(), &Outcome::status(200), t(0)).unwrap();
+
+    // A record that does not decode.
+    f.push(&Request::get("https://c.com/1"), t(0)).unwrap();
+    let gid: String = redis::cmd("HGET")
+        .arg("{dmg}:gk")
+        .arg("c.com")
+        .query(&mut c)
+        .unwrap();
+    let _: () = redis::cmd("SET")
+        .arg(format!("{{dmg}}:g:{gid}"))
+        .arg("\u{1}not msgpack")
+        .query(&mut c)
+        .unwrap();
+    match f.poll(t(0)) {
+        Err(FrontierError::Store(RedisStoreError::Corrupt { detail })) => {
+            assert!(detail.contains(":g:"), "{detail}")
+        }
+        other => panic!("expected a corrupt record, got {other:?}"),
+    }
+
+    // A key of the wrong type.
+    let mut g = open(
+        &server,
+        "wrongtype",
+        settings.clone(),
+        RedisConfig::default(),
+    );
+    let _: () = redis::cmd("SET")
+        .arg("{wrongtype}:df")
+        .arg("x")
+        .query(&mut c)
+        .unwrap();
+    match g.push(&Request::get("https://a.com/"), t(0)) {
+        Err(FrontierError::Store(RedisStoreError::WrongType { .. })) => {}
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+
+    // Other settings than the crawl's.
+    let other = Settings::default();
+    match RedisFrontier::open(&server.url(), "dmg", other, RedisConfig::default()) {
+        Err(FrontierError::Store(RedisStoreError::SettingsMismatch { .. })) => {}
+        other => panic!("expected SettingsMismatch, got {other:?}"),
+    }
+
+    // Invalid inputs are refused before anything is written, as in-process.
+    let err = f
+        .push(&Request::get("https://a.com/x").delay(-1.0), t(0))
+        .unwrap_err();
+    assert!(matches!(err, FrontierError::InvalidRequest(_)), "{err}");
+    let err = f.delay_scope("a.com", f64::NAN, t(0)).unwrap_err();
+    assert!(err.to_string().contains("delay_scope"), "{err}");
+    assert!(f.set_scope_concurrency("api", 0, t(0)).is_ok());
+}
+
+#[test]
+fn scripts_reload_and_connections_recover() {
+    let Some(server) = RedisServer::start_or_skip("script_reload") else {
+        return;
+    };
+    let mut f = open(
+        &server,
+        "reload",
+        Settings::default().without_jitter(),
+        RedisConfig::default(),
+    );
+    let mut c = conn(&server);
+    f.push(&Request::get("https://a.com/1"), t(0)).unwrap();
+    // The server forgets its scripts (a restart, a failover to a replica without them).
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut c).unwrap();
+    f.push_all(
+        &[
+            Request::get("https://a.com/2"),
+            Request::get("https://a.com/3"),
+        ],
+        t(0),
+    )
+    .unwrap();
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut c).unwrap();
+    assert!(matches!(f.poll(t(0)).unwrap(), Poll::Ready(_)));
+    // The connection is cut: the next call fails with a typed error or reconnects, and
+    // the one after works.
+    let _: redis::Value = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query(&mut c)
+        .unwrap();
+    let first = f.poll(t(0));
+    if let Err(e) = &first {
+        assert!(
+            matches!(e, FrontierError::Store(RedisStoreError::Redis { .. })),
+            "{e}"
+        );
+    }
+    assert!(matches!(
+        f.poll(t(0)).unwrap(),
+        Poll::Ready(_) | Poll::Blocked
+    ));
+}
+
+#[test]
+fn server_time_is_shared_and_mapped_to_the_caller() {
+    let Some(server) = RedisServer::start_or_skip("server_time") else {
+        return;
+    };
+    let settings = Settings::default()
+        .without_jitter()
+        .with_scope("a.com", ScopeConfig::new().delay(0.3));
+    let config = RedisConfig {
+        time: TimeSource::Server,
+        ..RedisConfig::default()
+    };
+    let mut f = open(&server, "stime", settings, config);
+    // The caller's clock is arbitrary (here: far in the future); the server decides.
+    let mine = Timestamp::from_secs(5_000_000);
+    f.push(&Request::get("https://a.com/1"), mine).unwrap();
+    f.push(&Request::get("https://a.com/2"), mine).unwrap();
+    let started = std::time::Instant::now();
+    assert!(matches!(f.poll(mine).unwrap(), Poll::Ready(_)));
+    let Poll::NotUntil(until) = f.poll(mine).unwrap() else {
+        panic!()
+    };
+    let wait = until.saturating_duration_since(mine);
+    assert!(
+        wait > std::time::Duration::from_millis(200)
+            && wait <= std::time::Duration::from_millis(300),
+        "{wait:?}"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(320).saturating_sub(started.elapsed()));
+    assert!(matches!(f.poll(mine).unwrap(), Poll::Ready(_)));
 }

@@ -138,13 +138,12 @@ fn run_both(name: &str, settings: Settings, scopes: &[&str], steps: &[Step]) -> 
         start,
     )
     .unwrap();
-    let mut redis = RedisFrontier::open(
-        &server.url(),
-        &crawl_name(),
-        settings,
-        RedisConfig::default(),
-    )
-    .unwrap();
+    // Leases never expire here: the in-process frontier redelivers only on reopen.
+    let config = RedisConfig {
+        lease_timeout: std::time::Duration::from_secs(86_400 * 30),
+        ..RedisConfig::default()
+    };
+    let mut redis = RedisFrontier::open(&server.url(), &crawl_name(), settings, config).unwrap();
     let mut now = start;
     let mut last_until = None;
     let mut leases: Vec<LeaseId> = Vec::new();
@@ -193,7 +192,7 @@ fn run_both(name: &str, settings: Settings, scopes: &[&str], steps: &[Step]) -> 
                 }
             }
             Step::Advance(ms) => {
-                now = now + std::time::Duration::from_millis(*ms);
+                now += std::time::Duration::from_millis(*ms);
                 continue;
             }
             Step::Sleep => {
