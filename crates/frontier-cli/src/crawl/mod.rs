@@ -358,11 +358,6 @@ fn client(
     crawl: &CrawlSettings,
     resolve: &[(String, SocketAddr)],
 ) -> anyhow::Result<reqwest::Client> {
-    #[cfg(feature = "tls")]
-    {
-        // Several crates may ask; the first provider installed wins, which is fine.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    }
     let mut builder = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(Duration::from_secs_f64(crawl.download_timeout))
