@@ -4,7 +4,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use event_listener::{Event, listener};
-use frontier_core::{Frontier, FrontierError, Lease, LeaseId, Poll, PushOutcome, Request, Store};
+use frontier_core::{
+    Frontier, FrontierError, Lease, LeaseId, Poll, PushOutcome, Request, Scheduling,
+};
 use throttle_core::{CrawlDelayDecision, Outcome, QuotaReconcile, Timestamp};
 
 use crate::clock::Clock;
@@ -47,8 +49,8 @@ impl<E> From<FrontierError<E>> for DriverError<E> {
     }
 }
 
-struct Inner<S: Store> {
-    frontier: Mutex<Option<Frontier<S>>>,
+struct Inner<B> {
+    frontier: Mutex<Option<B>>,
     /// Notified when anything happens that may let a request go sooner: a push, a
     /// completion, a retry, a configuration change.
     changed: Event,
@@ -59,6 +61,10 @@ struct Inner<S: Store> {
 
 /// A frontier driven on async-io: cloneable handles for many tasks, `next` that sleeps
 /// exactly until something can be sent, store I/O on the blocking thread pool.
+///
+/// `Driver<S>` drives the in-process [`Frontier`] over store `S`; it is
+/// [`DriverFor<Frontier<S>>`](DriverFor), the driver of any [`Scheduling`] frontier (a
+/// shared one from `store-redis` too).
 ///
 /// A store call runs to completion even if the future awaiting it is dropped (as with
 /// tokio's `spawn_blocking`), and a push, completion or retry wakes the tasks waiting in
@@ -89,33 +95,38 @@ struct Inner<S: Store> {
 /// })
 /// # }
 /// ```
-pub struct Driver<S: Store> {
-    inner: Arc<Inner<S>>,
+pub type Driver<S> = DriverFor<Frontier<S>>;
+
+/// The driver of any [`Scheduling`] frontier `B`: the in-process [`Frontier`] (see
+/// [`Driver`]) or one shared by many processes, such as `store-redis`'s. A shared
+/// frontier's completions by other processes wake nobody here: `next` also wakes at the
+/// frontier's [`poll_timeout`](Scheduling::poll_timeout) to look again.
+pub struct DriverFor<B> {
+    inner: Arc<Inner<B>>,
 }
 
-impl<S: Store> Clone for Driver<S> {
+impl<B> Clone for DriverFor<B> {
     fn clone(&self) -> Self {
-        Driver {
+        DriverFor {
             inner: self.inner.clone(),
         }
     }
 }
 
-impl<S: Store> std::fmt::Debug for Driver<S> {
+impl<B> std::fmt::Debug for DriverFor<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Driver").finish_non_exhaustive()
     }
 }
 
-impl<S> Driver<S>
+impl<B> DriverFor<B>
 where
-    S: Store + Send + 'static,
-    S::Handle: Send,
-    S::Error: Send + 'static,
+    B: Scheduling + Send + 'static,
+    B::StoreError: Send + 'static,
 {
     /// Drives `frontier` with `clock` (the clock the frontier was opened with).
-    pub fn new(frontier: Frontier<S>, clock: Clock) -> Self {
-        Driver {
+    pub fn new(frontier: B, clock: Clock) -> Self {
+        DriverFor {
             inner: Arc::new(Inner {
                 frontier: Mutex::new(Some(frontier)),
                 changed: Event::new(),
@@ -137,9 +148,9 @@ where
 
     /// Runs `op` on the frontier: on the blocking thread pool for stores whose calls
     /// block on I/O (so they never stall the executor), inline for in-memory stores.
-    async fn blocking<R, F>(&self, op: F) -> Result<R, DriverError<S::Error>>
+    async fn blocking<R, Op>(&self, op: Op) -> Result<R, DriverError<B::StoreError>>
     where
-        F: FnOnce(&mut Frontier<S>, Timestamp) -> R + Send + 'static,
+        Op: FnOnce(&mut B, Timestamp) -> R + Send + 'static,
         R: Send + 'static,
     {
         self.run(op, false).await
@@ -148,17 +159,17 @@ where
     /// [`blocking`](Self::blocking) for an `op` that may let a request go sooner: tasks
     /// waiting in `next` look again. They are told as soon as `op` is done, even if the
     /// caller stopped waiting for it meanwhile (the call still runs to completion).
-    async fn blocking_change<R, F>(&self, op: F) -> Result<R, DriverError<S::Error>>
+    async fn blocking_change<R, Op>(&self, op: Op) -> Result<R, DriverError<B::StoreError>>
     where
-        F: FnOnce(&mut Frontier<S>, Timestamp) -> R + Send + 'static,
+        Op: FnOnce(&mut B, Timestamp) -> R + Send + 'static,
         R: Send + 'static,
     {
         self.run(op, true).await
     }
 
-    async fn run<R, F>(&self, op: F, changes: bool) -> Result<R, DriverError<S::Error>>
+    async fn run<R, Op>(&self, op: Op, changes: bool) -> Result<R, DriverError<B::StoreError>>
     where
-        F: FnOnce(&mut Frontier<S>, Timestamp) -> R + Send + 'static,
+        Op: FnOnce(&mut B, Timestamp) -> R + Send + 'static,
         R: Send + 'static,
     {
         let inner = self.inner.clone();
@@ -170,7 +181,7 @@ where
             }
             out
         };
-        let out = if S::BLOCKING {
+        let out = if B::BLOCKING {
             self.inner
                 .clock
                 .unblock_catching(run)
@@ -183,7 +194,7 @@ where
     }
 
     /// Queues a request.
-    pub async fn push(&self, request: Request) -> Result<PushOutcome, DriverError<S::Error>> {
+    pub async fn push(&self, request: Request) -> Result<PushOutcome, DriverError<B::StoreError>> {
         let out = self
             .blocking_change(move |f, now| f.push(&request, now))
             .await??;
@@ -194,14 +205,9 @@ where
     pub async fn push_all(
         &self,
         requests: Vec<Request>,
-    ) -> Result<Vec<PushOutcome>, DriverError<S::Error>> {
+    ) -> Result<Vec<PushOutcome>, DriverError<B::StoreError>> {
         let out = self
-            .blocking_change(move |f, now| {
-                requests
-                    .iter()
-                    .map(|r| f.push(r, now))
-                    .collect::<Result<Vec<_>, _>>()
-            })
+            .blocking_change(move |f, now| f.push_all(&requests, now))
             .await??;
         Ok(out)
     }
@@ -210,13 +216,15 @@ where
     /// the next scope or delayed request allows it, or less if a completion frees a scope
     /// first. `None` when nothing is queued and nothing is in flight. Tasks calling it
     /// concurrently are served first come, first served.
-    pub async fn next(&self) -> Option<Result<Lease, DriverError<S::Error>>> {
+    pub async fn next(&self) -> Option<Result<Lease, DriverError<B::StoreError>>> {
         let _turn = self.inner.turn.lock().await;
         loop {
             // Listen before looking, so a change made meanwhile is not missed.
             listener!(self.inner.changed => changed);
-            let polled = self.blocking(|f, now| (f.poll(now), f.in_flight())).await;
-            let (poll, in_flight) = match polled {
+            let polled = self
+                .blocking(|f, now| (f.poll(now), f.in_flight(), f.poll_timeout()))
+                .await;
+            let (poll, in_flight, timeout) = match polled {
                 Ok(p) => p,
                 Err(DriverError::Closed) => return None,
                 Err(e) => return Some(Err(e)),
@@ -228,14 +236,21 @@ where
                 Ok(Poll::NotUntil(t)) => {
                     futures_lite::future::or(self.inner.clock.sleep_until(t), changed).await;
                 }
-                Ok(Poll::Blocked | Poll::Empty) => changed.await,
+                // A completion here notifies; work freed elsewhere (a shared frontier)
+                // is found by looking again at the frontier's next wake-up.
+                Ok(Poll::Blocked | Poll::Empty) => match timeout {
+                    Some(t) => {
+                        futures_lite::future::or(self.inner.clock.sleep_until(t), changed).await;
+                    }
+                    None => changed.await,
+                },
             }
         }
     }
 
     /// The leases as a stream (see [`next`](Self::next)).
-    pub fn leases(&self) -> Leases<S> {
-        Leases {
+    pub fn leases(&self) -> LeasesFor<B> {
+        LeasesFor {
             driver: self.clone(),
             pending: None,
         }
@@ -247,7 +262,7 @@ where
         &self,
         lease: LeaseId,
         outcome: Outcome<'static>,
-    ) -> Result<bool, DriverError<S::Error>> {
+    ) -> Result<bool, DriverError<B::StoreError>> {
         let done = self
             .blocking_change(move |f, now| f.complete(lease, &outcome, now))
             .await??;
@@ -260,7 +275,7 @@ where
         lease: LeaseId,
         outcome: Outcome<'static>,
         priority_adjust: i32,
-    ) -> Result<bool, DriverError<S::Error>> {
+    ) -> Result<bool, DriverError<B::StoreError>> {
         let done = self
             .blocking_change(move |f, now| f.retry(lease, &outcome, priority_adjust, now))
             .await??;
@@ -272,7 +287,7 @@ where
         &self,
         scope: String,
         secs: f64,
-    ) -> Result<CrawlDelayDecision, DriverError<S::Error>> {
+    ) -> Result<CrawlDelayDecision, DriverError<B::StoreError>> {
         let out = self
             .blocking_change(move |f, now| f.handle_crawl_delay(&scope, secs, now))
             .await??;
@@ -280,7 +295,11 @@ where
     }
 
     /// Holds back a scope (a soft block seen in a page).
-    pub async fn delay_scope(&self, scope: String, secs: f64) -> Result<(), DriverError<S::Error>> {
+    pub async fn delay_scope(
+        &self,
+        scope: String,
+        secs: f64,
+    ) -> Result<(), DriverError<B::StoreError>> {
         self.blocking(move |f, now| f.delay_scope(&scope, secs, now))
             .await??;
         Ok(())
@@ -291,23 +310,23 @@ where
         &self,
         scope: String,
         how: QuotaReconcile,
-    ) -> Result<(), DriverError<S::Error>> {
+    ) -> Result<(), DriverError<B::StoreError>> {
         self.blocking_change(move |f, now| f.reconcile_quota(&scope, how, now))
             .await??;
         Ok(())
     }
 
     /// Runs `read` on the frontier (stats, throttler state, ...), off the executor.
-    pub async fn inspect<R, F>(&self, read: F) -> Result<R, DriverError<S::Error>>
+    pub async fn inspect<R, Op>(&self, read: Op) -> Result<R, DriverError<B::StoreError>>
     where
-        F: FnOnce(&Frontier<S>) -> R + Send + 'static,
+        Op: FnOnce(&B) -> R + Send + 'static,
         R: Send + 'static,
     {
         self.blocking(move |f, _| read(f)).await
     }
 
     /// Makes everything durable now.
-    pub async fn flush(&self) -> Result<(), DriverError<S::Error>> {
+    pub async fn flush(&self) -> Result<(), DriverError<B::StoreError>> {
         self.blocking(|f, _| f.flush()).await??;
         Ok(())
     }
@@ -325,17 +344,21 @@ where
         }
     }
 
-    /// Stops the driver: flushes the store and hands it back. Leases still out are not
-    /// acknowledged; a frontier reopened on the store delivers them again. Other handles
-    /// get [`DriverError::Closed`], and their `next` ends.
-    pub async fn shutdown(&self) -> Result<S, DriverError<S::Error>> {
+    /// Stops the driver: flushes the store and hands it back (see
+    /// [`Scheduling::close`]). Leases still out are not acknowledged; a frontier reopened
+    /// on the store delivers them again. Other handles get [`DriverError::Closed`], and
+    /// their `next` ends.
+    pub async fn shutdown(&self) -> Result<B::Closed, DriverError<B::StoreError>>
+    where
+        B::Closed: Send + 'static,
+    {
         let inner = self.inner.clone();
         let store = self
             .inner
             .clock
             .unblock_catching(move || {
                 let frontier = lock(&inner.frontier).take();
-                let store = frontier.map(Frontier::into_store);
+                let store = frontier.map(Scheduling::close);
                 // Tasks waiting in `next` see the driver closed.
                 inner.changed.notify(usize::MAX);
                 store
@@ -364,20 +387,24 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-type NextFuture<S> = std::pin::Pin<
+type NextFuture<B> = std::pin::Pin<
     Box<
-        dyn std::future::Future<Output = Option<Result<Lease, DriverError<<S as Store>::Error>>>>
-            + Send,
+        dyn std::future::Future<
+                Output = Option<Result<Lease, DriverError<<B as Scheduling>::StoreError>>>,
+            > + Send,
     >,
 >;
 
-/// The stream of [`Driver::leases`].
-pub struct Leases<S: Store> {
-    driver: Driver<S>,
-    pending: Option<NextFuture<S>>,
+/// The stream of [`Driver::leases`] for the in-process frontier over store `S`.
+pub type Leases<S> = LeasesFor<Frontier<S>>;
+
+/// The stream of [`DriverFor::leases`].
+pub struct LeasesFor<B: Scheduling> {
+    driver: DriverFor<B>,
+    pending: Option<NextFuture<B>>,
 }
 
-impl<S: Store> std::fmt::Debug for Leases<S> {
+impl<B: Scheduling> std::fmt::Debug for LeasesFor<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Leases")
             .field("waiting", &self.pending.is_some())
@@ -385,13 +412,12 @@ impl<S: Store> std::fmt::Debug for Leases<S> {
     }
 }
 
-impl<S> futures_core::Stream for Leases<S>
+impl<B> futures_core::Stream for LeasesFor<B>
 where
-    S: Store + Send + 'static,
-    S::Handle: Send,
-    S::Error: Send + 'static,
+    B: Scheduling + Send + 'static,
+    B::StoreError: Send + 'static,
 {
-    type Item = Result<Lease, DriverError<S::Error>>;
+    type Item = Result<Lease, DriverError<B::StoreError>>;
 
     fn poll_next(
         mut self: std::pin::Pin<&mut Self>,

@@ -73,5 +73,5 @@ mod throttle;
 mod turn;
 
 pub use clock::{Clock, ManualClock, unix_now};
-pub use driver::{Driver, DriverError, Leases};
+pub use driver::{Driver, DriverError, DriverFor, Leases, LeasesFor};
 pub use throttle::{Throttle, ThrottlePermit};

@@ -3,7 +3,9 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use frontier_core::{Frontier, FrontierError, Lease, LeaseId, Poll, PushOutcome, Request, Store};
+use frontier_core::{
+    Frontier, FrontierError, Lease, LeaseId, Poll, PushOutcome, Request, Scheduling,
+};
 use throttle_core::{CrawlDelayDecision, Outcome, QuotaReconcile, Timestamp};
 use tokio::sync::Notify;
 
@@ -46,8 +48,8 @@ impl<E> From<FrontierError<E>> for DriverError<E> {
     }
 }
 
-struct Inner<S: Store> {
-    frontier: Mutex<Option<Frontier<S>>>,
+struct Inner<B> {
+    frontier: Mutex<Option<B>>,
     /// Woken when anything happens that may let a request go sooner: a push, a
     /// completion, a retry, a configuration change.
     changed: Notify,
@@ -58,6 +60,10 @@ struct Inner<S: Store> {
 
 /// A frontier driven on tokio: cloneable handles for many tasks, `next` that sleeps
 /// exactly until something can be sent, store I/O off the executor.
+///
+/// `Driver<S>` drives the in-process [`Frontier`] over store `S`; it is
+/// [`DriverFor<Frontier<S>>`](DriverFor), the driver of any
+/// [`Scheduling`] frontier (a shared one from `store-redis` too).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
@@ -83,33 +89,38 @@ struct Inner<S: Store> {
 /// # Ok(())
 /// # }
 /// ```
-pub struct Driver<S: Store> {
-    inner: Arc<Inner<S>>,
+pub type Driver<S> = DriverFor<Frontier<S>>;
+
+/// The driver of any [`Scheduling`] frontier `B`: the in-process [`Frontier`] (see
+/// [`Driver`]) or one shared by many processes, such as `store-redis`'s. A shared
+/// frontier's completions by other processes wake nobody here: `next` also wakes at the
+/// frontier's [`poll_timeout`](Scheduling::poll_timeout) to look again.
+pub struct DriverFor<B> {
+    inner: Arc<Inner<B>>,
 }
 
-impl<S: Store> Clone for Driver<S> {
+impl<B> Clone for DriverFor<B> {
     fn clone(&self) -> Self {
-        Driver {
+        DriverFor {
             inner: self.inner.clone(),
         }
     }
 }
 
-impl<S: Store> std::fmt::Debug for Driver<S> {
+impl<B> std::fmt::Debug for DriverFor<B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Driver").finish_non_exhaustive()
     }
 }
 
-impl<S> Driver<S>
+impl<B> DriverFor<B>
 where
-    S: Store + Send + 'static,
-    S::Handle: Send,
-    S::Error: Send + 'static,
+    B: Scheduling + Send + 'static,
+    B::StoreError: Send + 'static,
 {
     /// Drives `frontier` with `clock` (the clock the frontier was opened with).
-    pub fn new(frontier: Frontier<S>, clock: Clock) -> Self {
-        Driver {
+    pub fn new(frontier: B, clock: Clock) -> Self {
+        DriverFor {
             inner: Arc::new(Inner {
                 frontier: Mutex::new(Some(frontier)),
                 changed: Notify::new(),
@@ -132,9 +143,9 @@ where
     /// Runs `op` on the frontier: off the executor (in place on the multi-threaded
     /// runtime, on the blocking pool on the current-thread one) for stores whose calls block
     /// on I/O (so they never stall the executor), inline for in-memory stores.
-    async fn blocking<R, F>(&self, op: F) -> Result<R, DriverError<S::Error>>
+    async fn blocking<R, Op>(&self, op: Op) -> Result<R, DriverError<B::StoreError>>
     where
-        F: FnOnce(&mut Frontier<S>, Timestamp) -> R + Send + 'static,
+        Op: FnOnce(&mut B, Timestamp) -> R + Send + 'static,
         R: Send + 'static,
     {
         self.call(false, op).await
@@ -143,17 +154,17 @@ where
     /// Runs a mutating `op` (see [`blocking`](Self::blocking)) and wakes the tasks waiting
     /// in [`next`](Self::next) from inside the call, so they are woken even if the
     /// caller's future is dropped while the store works.
-    async fn mutate<R, F>(&self, op: F) -> Result<R, DriverError<S::Error>>
+    async fn mutate<R, Op>(&self, op: Op) -> Result<R, DriverError<B::StoreError>>
     where
-        F: FnOnce(&mut Frontier<S>, Timestamp) -> R + Send + 'static,
+        Op: FnOnce(&mut B, Timestamp) -> R + Send + 'static,
         R: Send + 'static,
     {
         self.call(true, op).await
     }
 
-    async fn call<R, F>(&self, notify: bool, op: F) -> Result<R, DriverError<S::Error>>
+    async fn call<R, Op>(&self, notify: bool, op: Op) -> Result<R, DriverError<B::StoreError>>
     where
-        F: FnOnce(&mut Frontier<S>, Timestamp) -> R + Send + 'static,
+        Op: FnOnce(&mut B, Timestamp) -> R + Send + 'static,
         R: Send + 'static,
     {
         let inner = self.inner.clone();
@@ -171,7 +182,7 @@ where
             tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()),
             Ok(tokio::runtime::RuntimeFlavor::MultiThread)
         );
-        let out = if !S::BLOCKING {
+        let out = if !B::BLOCKING {
             run()
         } else if multi_thread {
             // On the multi-threaded runtime the store call runs on this worker thread,
@@ -187,7 +198,7 @@ where
     }
 
     /// Queues a request.
-    pub async fn push(&self, request: Request) -> Result<PushOutcome, DriverError<S::Error>> {
+    pub async fn push(&self, request: Request) -> Result<PushOutcome, DriverError<B::StoreError>> {
         let out = self.mutate(move |f, now| f.push(&request, now)).await??;
         Ok(out)
     }
@@ -196,14 +207,9 @@ where
     pub async fn push_all(
         &self,
         requests: Vec<Request>,
-    ) -> Result<Vec<PushOutcome>, DriverError<S::Error>> {
+    ) -> Result<Vec<PushOutcome>, DriverError<B::StoreError>> {
         let out = self
-            .mutate(move |f, now| {
-                requests
-                    .iter()
-                    .map(|r| f.push(r, now))
-                    .collect::<Result<Vec<_>, _>>()
-            })
+            .mutate(move |f, now| f.push_all(&requests, now))
             .await??;
         Ok(out)
     }
@@ -218,14 +224,16 @@ where
     /// lease that poll took in
     /// flight (holding its scope slots) until the store is reopened, which delivers it
     /// again. Stop workers between leases, or only when shutting down.
-    pub async fn next(&self) -> Option<Result<Lease, DriverError<S::Error>>> {
+    pub async fn next(&self) -> Option<Result<Lease, DriverError<B::StoreError>>> {
         let _turn = self.inner.turn.lock().await;
         loop {
             let notified = self.inner.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let polled = self.blocking(|f, now| (f.poll(now), f.in_flight())).await;
-            let (poll, in_flight) = match polled {
+            let polled = self
+                .blocking(|f, now| (f.poll(now), f.in_flight(), f.poll_timeout()))
+                .await;
+            let (poll, in_flight, timeout) = match polled {
                 Ok(p) => p,
                 Err(DriverError::Closed) => return None,
                 Err(e) => return Some(Err(e)),
@@ -241,14 +249,25 @@ where
                         () = &mut notified => {}
                     }
                 }
-                Ok(Poll::Blocked | Poll::Empty) => notified.await,
+                // A completion here notifies; work freed elsewhere (a shared frontier)
+                // is found by looking again at the frontier's next wake-up.
+                Ok(Poll::Blocked | Poll::Empty) => match timeout {
+                    Some(t) => {
+                        let deadline = self.inner.clock.instant(t);
+                        tokio::select! {
+                            () = tokio::time::sleep_until(deadline) => {}
+                            () = &mut notified => {}
+                        }
+                    }
+                    None => notified.await,
+                },
             }
         }
     }
 
     /// The leases as a stream (see [`next`](Self::next)).
-    pub fn leases(&self) -> Leases<S> {
-        Leases {
+    pub fn leases(&self) -> LeasesFor<B> {
+        LeasesFor {
             driver: self.clone(),
             pending: None,
         }
@@ -260,7 +279,7 @@ where
         &self,
         lease: LeaseId,
         outcome: Outcome<'static>,
-    ) -> Result<bool, DriverError<S::Error>> {
+    ) -> Result<bool, DriverError<B::StoreError>> {
         let done = self
             .mutate(move |f, now| f.complete(lease, &outcome, now))
             .await??;
@@ -273,7 +292,7 @@ where
         lease: LeaseId,
         outcome: Outcome<'static>,
         priority_adjust: i32,
-    ) -> Result<bool, DriverError<S::Error>> {
+    ) -> Result<bool, DriverError<B::StoreError>> {
         let done = self
             .mutate(move |f, now| f.retry(lease, &outcome, priority_adjust, now))
             .await??;
@@ -285,7 +304,7 @@ where
         &self,
         scope: String,
         secs: f64,
-    ) -> Result<CrawlDelayDecision, DriverError<S::Error>> {
+    ) -> Result<CrawlDelayDecision, DriverError<B::StoreError>> {
         let out = self
             .mutate(move |f, now| f.handle_crawl_delay(&scope, secs, now))
             .await??;
@@ -293,7 +312,11 @@ where
     }
 
     /// Holds back a scope (a soft block seen in a page).
-    pub async fn delay_scope(&self, scope: String, secs: f64) -> Result<(), DriverError<S::Error>> {
+    pub async fn delay_scope(
+        &self,
+        scope: String,
+        secs: f64,
+    ) -> Result<(), DriverError<B::StoreError>> {
         self.mutate(move |f, now| f.delay_scope(&scope, secs, now))
             .await??;
         Ok(())
@@ -304,31 +327,31 @@ where
         &self,
         scope: String,
         how: QuotaReconcile,
-    ) -> Result<(), DriverError<S::Error>> {
+    ) -> Result<(), DriverError<B::StoreError>> {
         self.mutate(move |f, now| f.reconcile_quota(&scope, how, now))
             .await??;
         Ok(())
     }
 
     /// Runs `read` on the frontier (stats, throttler state, ...), off the executor.
-    pub async fn inspect<R, F>(&self, read: F) -> Result<R, DriverError<S::Error>>
+    pub async fn inspect<R, Op>(&self, read: Op) -> Result<R, DriverError<B::StoreError>>
     where
-        F: FnOnce(&Frontier<S>) -> R + Send + 'static,
+        Op: FnOnce(&B) -> R + Send + 'static,
         R: Send + 'static,
     {
         self.blocking(move |f, _| read(f)).await
     }
 
     /// Makes everything durable now.
-    pub async fn flush(&self) -> Result<(), DriverError<S::Error>> {
+    pub async fn flush(&self) -> Result<(), DriverError<B::StoreError>> {
         self.blocking(|f, _| f.flush()).await??;
         Ok(())
     }
 
     /// Makes every queue change so far durable, without saving scope states (see
-    /// [`Frontier::commit`]): call it after a completion to bound what a crash repeats
+    /// [`Frontier::commit`] and [`Scheduling::commit`]): call it after a completion to bound what a crash repeats
     /// to the requests in flight.
-    pub async fn commit(&self) -> Result<(), DriverError<S::Error>> {
+    pub async fn commit(&self) -> Result<(), DriverError<B::StoreError>> {
         self.blocking(|f, _| f.commit()).await??;
         Ok(())
     }
@@ -344,14 +367,18 @@ where
         }
     }
 
-    /// Stops the driver: flushes the store and hands it back. Leases still out are not
-    /// acknowledged; a frontier reopened on the store delivers them again. Other handles
-    /// get [`DriverError::Closed`], and their `next` ends.
-    pub async fn shutdown(&self) -> Result<S, DriverError<S::Error>> {
+    /// Stops the driver: flushes the store and hands it back (see
+    /// [`Scheduling::close`]). Leases still out are not acknowledged; a frontier reopened
+    /// on the store delivers them again. Other handles get [`DriverError::Closed`], and
+    /// their `next` ends.
+    pub async fn shutdown(&self) -> Result<B::Closed, DriverError<B::StoreError>>
+    where
+        B::Closed: Send + 'static,
+    {
         let inner = self.inner.clone();
         let store = tokio::task::spawn_blocking(move || {
             let frontier = lock(&inner.frontier).take();
-            frontier.map(Frontier::into_store)
+            frontier.map(Scheduling::close)
         })
         .await
         .map_err(|e| DriverError::Blocking(e.to_string()))?
@@ -366,26 +393,29 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-type NextFuture<S> = std::pin::Pin<
+type NextFuture<B> = std::pin::Pin<
     Box<
-        dyn std::future::Future<Output = Option<Result<Lease, DriverError<<S as Store>::Error>>>>
-            + Send,
+        dyn std::future::Future<
+                Output = Option<Result<Lease, DriverError<<B as Scheduling>::StoreError>>>,
+            > + Send,
     >,
 >;
 
-/// The stream of [`Driver::leases`].
-pub struct Leases<S: Store> {
-    driver: Driver<S>,
-    pending: Option<NextFuture<S>>,
+/// The stream of [`Driver::leases`] for the in-process frontier over store `S`.
+pub type Leases<S> = LeasesFor<Frontier<S>>;
+
+/// The stream of [`DriverFor::leases`].
+pub struct LeasesFor<B: Scheduling> {
+    driver: DriverFor<B>,
+    pending: Option<NextFuture<B>>,
 }
 
-impl<S> futures_core::Stream for Leases<S>
+impl<B> futures_core::Stream for LeasesFor<B>
 where
-    S: Store + Send + 'static,
-    S::Handle: Send,
-    S::Error: Send + 'static,
+    B: Scheduling + Send + 'static,
+    B::StoreError: Send + 'static,
 {
-    type Item = Result<Lease, DriverError<S::Error>>;
+    type Item = Result<Lease, DriverError<B::StoreError>>;
 
     fn poll_next(
         mut self: std::pin::Pin<&mut Self>,

@@ -54,5 +54,5 @@ mod driver;
 mod throttle;
 
 pub use clock::{Clock, unix_now};
-pub use driver::{Driver, DriverError, Leases};
+pub use driver::{Driver, DriverError, DriverFor, Leases, LeasesFor};
 pub use throttle::{Throttle, ThrottlePermit};
