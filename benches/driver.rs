@@ -103,6 +103,26 @@ where
     })
 }
 
+fn driven_async_std<S>(f: Frontier<S>) -> Duration
+where
+    S: Store + Send + 'static,
+    S::Handle: Send,
+    S::Error: Send + std::fmt::Debug + 'static,
+{
+    futures_lite::future::block_on(async move {
+        let clock = runtime_async_std::Clock::starting_at(Timestamp::ZERO);
+        let driver = runtime_async_std::Driver::new(f, clock);
+        let t0 = Instant::now();
+        while let Some(l) = driver.next().await {
+            driver
+                .complete(l.unwrap().id(), Outcome::status(200))
+                .await
+                .unwrap();
+        }
+        t0.elapsed()
+    })
+}
+
 fn bench(c: &mut Criterion) {
     let reqs = peer_requests(N, HOSTS);
     let mut group = c.benchmark_group("driver_overhead");
@@ -113,6 +133,13 @@ fn bench(c: &mut Criterion) {
     });
     group.bench_function(BenchmarkId::new("memory", "tokio_driver"), |b| {
         b.iter_custom(|iters| (0..iters).map(|_| driven(fill(VolatileStore, &reqs))).sum())
+    });
+    group.bench_function(BenchmarkId::new("memory", "async_std_driver"), |b| {
+        b.iter_custom(|iters| {
+            (0..iters)
+                .map(|_| driven_async_std(fill(VolatileStore, &reqs)))
+                .sum()
+        })
     });
     let sqlite = |dir: &tempfile::TempDir| {
         let options = store_sqlite::SqliteOptions {
@@ -139,6 +166,16 @@ fn bench(c: &mut Criterion) {
                 .map(|_| {
                     let dir = tempfile::tempdir().unwrap();
                     driven(fill(sqlite(&dir), small))
+                })
+                .sum()
+        })
+    });
+    group.bench_function(BenchmarkId::new("sqlite", "async_std_driver"), |b| {
+        b.iter_custom(|iters| {
+            (0..iters)
+                .map(|_| {
+                    let dir = tempfile::tempdir().unwrap();
+                    driven_async_std(fill(sqlite(&dir), small))
                 })
                 .sum()
         })

@@ -334,7 +334,7 @@ where
     if let Some(e) = failure {
         return Err(e);
     }
-    let stop = if stopper.is_stopped() {
+    let stop = if stopper.is_stopped() && left > 0 {
         lock(&ctx.limited).unwrap_or(StopReason::Interrupted)
     } else {
         StopReason::Finished
