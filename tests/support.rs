@@ -86,3 +86,46 @@ pub fn request_url(id: u64) -> String {
 pub fn request_id(url: &str) -> Option<u64> {
     url.rsplit('/').next()?.parse().ok()
 }
+
+/// The sites of the Redis fleet test: `(host, pages)`.
+pub const FLEET_SITES: [(&str, u32); 10] = [
+    ("s0.test", 200),
+    ("s1.test", 200),
+    ("s2.test", 200),
+    ("s3.test", 200),
+    ("s4.test", 200),
+    ("s5.test", 200),
+    ("s6.test", 200),
+    ("s7.test", 200),
+    ("s8.test", 200),
+    ("s9.test", 200),
+];
+
+/// Per-host client politeness in the fleet test: sends at least this far apart...
+pub const FLEET_DELAY: f64 = 0.040;
+/// ...and at most this many at once, across all workers together.
+pub const FLEET_CONCURRENCY: u32 = 2;
+
+/// The settings every worker of the Redis fleet test opens the crawl with (the server
+/// listens on `port`, so host scopes carry it).
+pub fn fleet_settings(port: u16) -> Settings {
+    let mut s = Settings::default().without_jitter();
+    s.concurrent_requests = 64;
+    for (host, _) in FLEET_SITES {
+        s = s.with_scope(
+            format!("{host}:{port}"),
+            throttle_core::ScopeConfig::new()
+                .delay(FLEET_DELAY)
+                .concurrency(FLEET_CONCURRENCY),
+        );
+    }
+    s
+}
+
+/// The links on page `n` of a site with `pages` pages (every page is reachable from 0).
+pub fn fleet_links(n: u32, pages: u32) -> Vec<u32> {
+    [n * 2 + 1, n * 2 + 2, (n * 7 + 3) % pages, n + 1]
+        .into_iter()
+        .filter(|&l| l < pages)
+        .collect()
+}
