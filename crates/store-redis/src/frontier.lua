@@ -1,9 +1,15 @@
 -- polite-frontier: the shared frontier of one crawl, as one server-side script.
 --
--- KEYS[1] is the crawl's key prefix, "{name}:" (one hash tag, so every key of the crawl
--- lives in one Redis Cluster slot and the script stays atomic there). ARGV[1] names the
--- operation, ARGV[2] is the caller's time in nanoseconds (or "server" to read Redis's own
--- clock), the rest are the operation's arguments.
+-- main(keys, argv): keys[1] is the crawl's key prefix, "{name}:" (one hash tag, so every
+-- key of the crawl lives in one Redis Cluster slot and the script stays atomic there).
+-- argv[1] names the operation, argv[2] is the caller's time in nanoseconds (or "server"
+-- to read Redis's own clock), the rest are the operation's arguments.
+--
+-- The client loads this file as a Redis 7 function library (FUNCTION LOAD once, FCALL
+-- per operation: the definitions below run once, not on every call), or as a script
+-- (EVALSHA, for servers without functions). Everything cached between the reset() at the
+-- start of a call and its end belongs to that call, except decoded parameter JSON, which
+-- is keyed by its content.
 --
 -- The logic is a line-by-line port of throttle-core (scope.rs, throttler.rs) and
 -- frontier-core (scheduler.rs, frontier.rs): the same state, the same arithmetic in IEEE
@@ -15,11 +21,19 @@
 -- PFCORRUPT (a value that does not decode), PFCONFIG (an invalid argument),
 -- PFVERSION (another layout version).
 
-local P = KEYS[1]
-local call = redis.call
-local floor, huge = math.floor, math.huge
-local sbyte, schar, ssub = string.byte, string.char, string.sub
-local mp_pack, mp_unpack = cmsgpack.pack, cmsgpack.unpack
+local P
+-- Library functions, bound at each call by bind(): a function library's load-time code
+-- reaches none of them.
+local call, floor, huge, sbyte, schar, ssub, mp_pack, mp_unpack, spack, sunpack
+local band, bxor, rshift, lshift
+local function bind()
+  call = redis.call
+  floor, huge = math.floor, math.huge
+  sbyte, schar, ssub = string.byte, string.char, string.sub
+  mp_pack, mp_unpack = cmsgpack.pack, cmsgpack.unpack
+  spack, sunpack = struct.pack, struct.unpack
+  band, bxor, rshift, lshift = bit.band, bit.bxor, bit.rshift, bit.lshift
+end
 
 local LAYOUT = 1
 local MAX_LEVEL = 10000
@@ -28,19 +42,11 @@ local I32_MIN, I32_MAX = -2147483648, 2147483647
 local TWO32 = 4294967296
 
 local function K(s) return P .. s end
-local KC, KCFG = P .. 'c', P .. 'cfg'
+local KC, KCFG
 
 local function fail(code, msg) error({err = 'PF' .. code .. ' ' .. msg}) end
 
 -- ------------------------------------------------------------------ packed records
-local function load_rec(key)
-  local v = call('GET', key)
-  if not v then return nil end
-  local ok, t = pcall(mp_unpack, v)
-  if not ok or type(t) ~= 'table' then fail('CORRUPT', key .. ': undecodable record') end
-  return t
-end
-local function save_rec(key, t) call('SET', key, mp_pack(t)) end
 local function hload(key, field)
   local v = call('HGET', key, field)
   if not v then return nil end
@@ -51,30 +57,30 @@ local function hload(key, field)
   return t
 end
 local function hsave(key, field, t) call('HSET', key, field, mp_pack(t)) end
-
--- Big-endian fixed-width unsigned integer (x < 2^53).
-local function be(x, n)
-  local t = {}
-  for i = n, 1, -1 do
-    t[i] = schar(x % 256)
-    x = floor(x / 256)
+-- HSET of many field/value pairs (a flat list), in chunks the Lua stack allows.
+local function hset_many(key, flat)
+  for i = 1, #flat, 2000 do
+    call('HSET', key, unpack(flat, i, math.min(i + 1999, #flat)))
   end
-  return table.concat(t)
-end
-local function unbe(s, i, n)
-  local x = 0
-  for k = i, i + n - 1 do x = x * 256 + sbyte(s, k) end
-  return x
 end
 
 -- ------------------------------------------------------------------ counters (cached)
 local C = {}          -- counter cache for this call
 local Cdirty = {}
+local Cloaded = false
 local function cget(name)
+  if not Cloaded then
+    Cloaded = true
+    local all = call('HGETALL', KC)
+    for i = 1, #all, 2 do
+      local v = tonumber(all[i + 1])
+      if v == nil then fail('CORRUPT', KC .. '[' .. all[i] .. ']: not a number') end
+      if C[all[i]] == nil then C[all[i]] = v end
+    end
+  end
   local v = C[name]
   if v == nil then
-    v = tonumber(call('HGET', KC, name) or '0')
-    if v == nil then fail('CORRUPT', KC .. '[' .. name .. ']: not a number') end
+    v = 0
     C[name] = v
   end
   return v
@@ -87,7 +93,7 @@ local function cflush()
     args[#args + 1] = k
     args[#args + 1] = string.format('%.17g', C[k])
   end
-  if #args > 0 then call('HSET', KC, unpack(args)) end
+  if #args > 0 then hset_many(KC, args) end
 end
 
 -- ------------------------------------------------------------------ settings, params
@@ -103,23 +109,38 @@ local function settings()
   return S
 end
 
-local Pcache = {}
+local Pcache = {}  -- scope name -> params, this call
+local Pptr = {}    -- kind pointer -> JSON, this call
+local Pblob = {}   -- JSON -> decoded params, kept across calls (keyed by content)
 -- Params of a scope: its own configuration if named in the settings, else the default
 -- of its kind ("0" IP, "1" domain, "2" other), resolved client-side.
 local function params_of(name, kind)
   local p = Pcache[name]
   if p then return p end
+  -- "np" maps a configured scope to its JSON and any other scope to "\0kind", the key
+  -- of its kind's defaults (no scope name starts with a NUL byte).
   local raw = call('HGET', P .. 'np', name)
-  if not raw then
-    local k = kind or call('HGET', P .. 'sk', name)
-    raw = call('HGET', P .. 'np', '#' .. tostring(k))
-    if not raw then fail('CORRUPT', 'no parameters for scope kind ' .. tostring(k)) end
+  if not raw and kind then raw = '\0' .. kind end
+  if not raw then fail('CORRUPT', 'scope ' .. name .. ' has no parameters') end
+  if sbyte(raw, 1) == 0 then
+    local ptr = raw
+    raw = Pptr[ptr]
+    if not raw then
+      raw = call('HGET', P .. 'np', ptr)
+      if not raw then fail('CORRUPT', 'no parameters for scope kind ' .. ptr) end
+      Pptr[ptr] = raw
+    end
   end
-  local ok, t = pcall(cjson.decode, raw)
-  if not ok then fail('CORRUPT', 'scope parameters of ' .. name .. ' are not JSON') end
-  local codes = {}
-  for _, c in ipairs(t.codes) do codes[c] = true end
-  t.codeset = codes
+  local t = Pblob[raw]
+  if not t then
+    local ok
+    ok, t = pcall(cjson.decode, raw)
+    if not ok then fail('CORRUPT', 'scope parameters of ' .. name .. ' are not JSON') end
+    local codes = {}
+    for _, c in ipairs(t.codes) do codes[c] = true end
+    t.codeset = codes
+    Pblob[raw] = t
+  end
   Pcache[name] = t
   return t
 end
@@ -181,7 +202,6 @@ local function tclamp(now)
 end
 
 -- ------------------------------------------------------------------ SplitMix64 jitter
-local band, bxor, rshift, lshift = bit.band, bit.bxor, bit.rshift, bit.lshift
 local function u32(x) return x % TWO32 end
 -- (a * b) mod 2^32 for 32-bit a, b, exactly.
 local function mul32lo(a, b)
@@ -245,7 +265,7 @@ end
 -- allowed, hu hard until, ls last sent, ba backoff anchor, rs ramp start, wt window
 -- triggers, qs quota start, qc consumed, rf robots floor, sn sent, dn done, tr triggers,
 -- lu last used.
-local KT = P .. 't'
+local KT
 local Tcache = {}     -- name -> state, written back by tflush
 local function blank_state(p, now)
   return {bd = p.delay, d = p.delay, c = p.concurrency, a = 0, lv = 0, na = 0, hu = 0,
@@ -426,7 +446,7 @@ local function is_trigger(p, outcome)
 end
 
 -- Overrides (live changes and Crawl-delay results), by scope name.
-local KOV = P .. 'ov'
+local KOV
 local function override_of(name) return hload(KOV, name) end
 
 -- The state of `name`, created if needed, brought up to `now`, marked used.
@@ -462,7 +482,7 @@ local function tflush()
     args[#args + 1] = name
     args[#args + 1] = mp_pack(st)
   end
-  if #args > 0 then call('HSET', KT, unpack(args)) end
+  if #args > 0 then hset_many(KT, args) end
 end
 
 local function norm_amount(a)
@@ -574,12 +594,13 @@ end
 -- Scope slot ss:<sid>: n name, tm timer, rf refs, sh shared, ow owner.
 local Gcache, Gdirty = {}, {}
 local SScache, SSdirty = {}, {}
-local function gkey(gid) return P .. 'g:' .. gid end
+local KG, KSS
 local function qkey(gid) return P .. 'q:' .. gid end
+local function gload(gid) return hload(KG, gid) end
 local function G(gid)
   local g = Gcache[gid]
   if g == nil then
-    g = load_rec(gkey(gid))
+    g = gload(gid)
     if not g then fail('CORRUPT', 'group ' .. gid .. ' has no record') end
     Gcache[gid] = g
   end
@@ -589,25 +610,33 @@ local function gmark(gid) Gdirty[gid] = true end
 local function SS(sid)
   local s = SScache[sid]
   if s == nil then
-    s = load_rec(P .. 'ss:' .. sid)
+    s = hload(KSS, sid)
     if not s then fail('CORRUPT', 'scope slot ' .. sid .. ' has no record') end
     SScache[sid] = s
   end
   return s
 end
 local function ssmark(sid) SSdirty[sid] = true end
+local function flush_records(key, cache, dirty)
+  local put, del = {}, {}
+  for id in pairs(dirty) do
+    local r = cache[id]
+    if r.dead then
+      del[#del + 1] = id
+    else
+      put[#put + 1] = id
+      put[#put + 1] = mp_pack(r)
+    end
+  end
+  if #put > 0 then hset_many(key, put) end
+  for i = 1, #del, 1000 do call('HDEL', key, unpack(del, i, math.min(i + 999, #del))) end
+end
 local function sched_flush()
-  for gid in pairs(Gdirty) do
-    local g = Gcache[gid]
-    if g.dead then call('DEL', gkey(gid)) else save_rec(gkey(gid), g) end
-  end
-  for sid in pairs(SSdirty) do
-    local s = SScache[sid]
-    if s.dead then call('DEL', P .. 'ss:' .. sid) else save_rec(P .. 'ss:' .. sid, s) end
-  end
+  flush_records(KG, Gcache, Gdirty)
+  flush_records(KSS, SScache, SSdirty)
 end
 
-local KCAND, KEV, KGK, KSK = P .. 'cand', P .. 'ev', P .. 'gk', P .. 'sid'
+local KCAND, KEV, KGK, KSK
 
 local function class_of(start)
   if start and settings().start_order ~= 'same' then return 1 end
@@ -621,13 +650,14 @@ end
 local function order_prefix(priority, class, seq)
   local sk = seq
   if lifo(class) then sk = 9007199254740991 - seq end
-  return be(I32_MAX - priority, 4) .. schar(class) .. be(sk, 8)
+  return spack('>I4BI8', I32_MAX - priority, class, sk)
 end
 local function member_bucket(m) -- (priority, class)
-  return I32_MAX - unbe(m, 1, 4), sbyte(m, 5)
+  local p, c = sunpack('>I4B', m)
+  return I32_MAX - p, c
 end
 local function member_seq(m, class)
-  local sk = unbe(m, 6, 8)
+  local sk = sunpack('>I8', m, 6)
   if lifo(class) then return 9007199254740991 - sk end
   return sk
 end
@@ -645,19 +675,24 @@ local function f32_top16(x)
   local s = struct.pack('>f', x)
   return sbyte(s, 1) * 256 + sbyte(s, 2)
 end
-local function rank_member(gid)
+local function rank_member(gid, head)
   local g = G(gid)
-  local h = head_key(gid)
+  local h = head
+  if h == nil then h = head_key(gid) elseif h == false then h = nil end
   local prio, class
-  if h then prio, class = I32_MAX - unbe(h, 1, 4), sbyte(h, 5) else prio, class = I32_MIN, 1 end
+  if h then
+    prio, class = sunpack('>I4B', h)
+    prio = I32_MAX - prio
+  else
+    prio, class = I32_MIN, 1
+  end
   local ld = math.min(math.max(g.ld, 0), 1)
   local scaled = floor(ld * 65535 + 0.5)
   local amount16 = f32_top16(g.am)
   local ls = math.min(g.ls, 9223372036854775807)
-  return be(I32_MAX - prio, 4) .. schar(class) .. be(scaled, 2) .. be(65535 - amount16, 2)
-    .. be(ls, 8) .. be(gid, 4)
+  return spack('>I4BHHI8I4', I32_MAX - prio, class, scaled, 65535 - amount16, ls, gid)
 end
-local function member_gid(m) return unbe(m, 18, 4) end
+local function member_gid(m) return (sunpack('>I4', m, 18)) end
 local function member_tier(m) return ssub(m, 1, 9) end
 
 local function unlist(gid)
@@ -669,10 +704,10 @@ local function unlist(gid)
   end
 end
 
-local function make_candidate(gid, woken)
+local function make_candidate(gid, woken, head)
   unlist(gid)
   local g = G(gid)
-  local m = rank_member(gid)
+  local m = rank_member(gid, head)
   g.st = 'C'
   g.wb = woken
   g.m = m
@@ -680,10 +715,10 @@ local function make_candidate(gid, woken)
   call('ZADD', KCAND, 0, m)
 end
 
-local function park(gid, sid)
+local function park(gid, sid, head)
   unlist(gid)
   local g = G(gid)
-  local m = rank_member(gid)
+  local m = rank_member(gid, head)
   g.st = 'P'
   g.ps = sid
   g.wb = nil
@@ -697,7 +732,7 @@ local function arm(sid, at)
   if s.tm == nil or at < s.tm then
     s.tm = at
     ssmark(sid)
-    call('ZADD', KEV, at, '\0' .. be(sid, 4))
+    call('ZADD', KEV, at, '\0' .. spack('>I4', sid))
   end
 end
 
@@ -707,7 +742,7 @@ local function best_parked(sid)
     local m = call('ZRANGE', key, 0, 0)[1]
     if not m then return nil end
     local gid = member_gid(m)
-    local g = Gcache[gid] or load_rec(gkey(gid))
+    local g = Gcache[gid] or gload(gid)
     if g then Gcache[gid] = g end
     if g and g.st == 'P' and g.ps == sid and g.m == m then return gid, m end
     call('ZREM', key, m)  -- a stale listing
@@ -778,7 +813,7 @@ local function group_for(key, kinds)
   local uses = parse_group_key(key)
   local sids, amount = {}, 0
   for i, u in ipairs(uses) do
-    if kinds and kinds[i] then call('HSETNX', P .. 'sk', u[1], kinds[i]) end
+    if kinds and kinds[i] then call('HSETNX', P .. 'np', u[1], '\0' .. kinds[i]) end
     sids[i] = intern_scope(u[1])
     amount = amount + u[2]
   end
@@ -796,7 +831,7 @@ local function group_for(key, kinds)
     if s.sh then
       g.sh = true
       if s.ow >= 0 then
-        local o = Gcache[s.ow] or load_rec(gkey(s.ow))
+        local o = Gcache[s.ow] or gload(s.ow)
         if o then
           Gcache[s.ow] = o
           o.sh = true
@@ -813,19 +848,23 @@ local function group_for(key, kinds)
 end
 
 local function enqueue(gid, member, seq, priority, class)
-  local old = head_key(gid)
-  call('ZADD', qkey(gid), 0, member)
   local g = G(gid)
+  local old = nil
+  if g.n > 0 then old = head_key(gid) end
+  call('ZADD', qkey(gid), 0, member)
   g.n = g.n + 1
   gmark(gid)
   cadd('queued', 1)
-  local changed = head_key(gid) ~= old
+  -- The head bucket changes only if the new member's bucket sorts before the old head's.
+  local mine = ssub(member, 1, 5)
+  local head, changed = old, false
+  if old == nil or mine < old then head, changed = mine, true end
   if g.st == 'I' then
-    make_candidate(gid, nil)
+    make_candidate(gid, nil, head)
   elseif g.st == 'C' and changed then
-    make_candidate(gid, g.wb)
+    make_candidate(gid, g.wb, head)
   elseif g.st == 'P' and changed then
-    park(gid, g.ps)
+    park(gid, g.ps, head)
   end
 end
 
@@ -838,7 +877,7 @@ local function insert(gid, seq, body, priority, start, not_before, now)
     g.dl = g.dl + 1
     gmark(gid)
     call('HSET', P .. 'dr', seq, mp_pack({gid, priority, class, member}))
-    call('ZADD', KEV, not_before, '\1' .. be(seq, 8))
+    call('ZADD', KEV, not_before, '\1' .. spack('>I8', seq))
     cadd('delayed', 1)
     return
   end
@@ -854,7 +893,7 @@ local function handle_events(now)
     local m = ev[1]
     call('ZREM', KEV, m)
     if sbyte(m, 1) == 0 then
-      local sid = unbe(m, 2, 4)
+      local sid = sunpack('>I4', m, 2)
       local s = SS(sid)
       if s.tm == t then
         s.tm = nil
@@ -862,7 +901,7 @@ local function handle_events(now)
         rearm(sid, now)
       end
     else
-      local seq = unbe(m, 2, 8)
+      local seq = sunpack('>I8', m, 2)
       local raw = call('HGET', P .. 'dr', seq)
       if raw then
         call('HDEL', P .. 'dr', seq)
@@ -880,11 +919,10 @@ end
 
 local function pop_candidate()
   while true do
-    local m = call('ZRANGE', KCAND, 0, 0)[1]
+    local m = call('ZPOPMIN', KCAND)[1]
     if not m then return nil end
-    call('ZREM', KCAND, m)
     local gid = member_gid(m)
-    local g = Gcache[gid] or load_rec(gkey(gid))
+    local g = Gcache[gid] or gload(gid)
     if g then Gcache[gid] = g end
     if g and g.st == 'C' and g.m == m then
       g.m = nil
@@ -978,7 +1016,7 @@ local function collect(gid)
     if s.rf == 0 then
       call('HDEL', KSK, s.n)
       call('DEL', P .. 'pk:' .. sid)
-      call('ZREM', KEV, '\0' .. be(sid, 4))
+      call('ZREM', KEV, '\0' .. spack('>I4', sid))
       s.dead = true
       call('RPUSH', P .. 'sfree', sid)
     end
@@ -1051,9 +1089,10 @@ local function sched_poll(now, reserve)
 end
 
 -- ------------------------------------------------------------------ frontier
-local KL, KLX, KST, KRA = P .. 'L', P .. 'lx', P .. 'st', P .. 'ra'
--- A lease id is the request's sequence number plus 2^40 times its redelivery count, so a
--- worker that lost its lease (it expired and went to another) cannot end the new one.
+local KL, KLX, KST
+-- A lease id is the request's sequence number plus 2^40 times its redelivery count (mod
+-- 64, kept in bits 2-7 of the request's flags byte), so a worker that lost its lease (it
+-- expired and went to another) cannot end the new one.
 local LEASE_SPAN = 1099511627776
 local function lease_parts(id)
   local n = tonumber(id)
@@ -1076,11 +1115,11 @@ local function redeliver_expired(now, limit)
     call('ZREM', KLX, seq)
     if rec then
       call('HDEL', KL, seq)
-      call('HSET', KRA, seq, ((rec.k or 0) + 1) % 8192)
       local key = G(rec.g).k
       frontier_release(rec, {cancelled = true}, now)
       local gid = group_for(key, nil)
-      insert(gid, tonumber(seq), ssub(rec.m, 14), rec.pr, rec.sr, nil, now)
+      local flags = sbyte(rec.m, 14) % 4 + (((rec.k or 0) + 1) % 64) * 4
+      insert(gid, tonumber(seq), schar(flags) .. ssub(rec.m, 15), rec.pr, rec.sr, nil, now)
       cadd('enq', 1)
       cadd('redel', 1)
     end
@@ -1188,31 +1227,42 @@ OPS.too_deep = function(args)
   return 1
 end
 
--- poll LEASE_NS REDELIVER_LIMIT: {kind, ...}
---   {'ready', seq, body, group key, in_flight, now}
---   {'until', t, in_flight, now, next_expiry} / {'blocked', ...} / {'empty', ...}
+-- poll LEASE_NS REDELIVER_LIMIT MAX: up to MAX leases, as polls one after the other at
+-- the same instant would hand them out.
+--   {n, (seq, body, group key) * n, kind, t, leases out, now, next expiry, next event}
+-- kind is why the last poll gave nothing: 'until' (t), 'blocked', 'empty', or 'more'
+-- when MAX leases were handed out.
 OPS.poll = function(args)
   local lease_ns, limit = tonumber(args[1]), tonumber(args[2])
+  local max = tonumber(args[3] or '1') or 1
   redeliver_expired(NOW, limit)
-  local r = sched_poll(NOW, true)
-  local out
-  if r[1] == 'ready' then
+  local out = {0}
+  local last = {'more'}
+  while out[1] < max do
+    local r = sched_poll(NOW, true)
+    if r[1] ~= 'ready' then
+      last = r
+      break
+    end
     local gid, m, permit = r[2], r[3], r[4]
     local seq = member_seq(m, r[6])
     local flags = sbyte(m, 14)
     local start = flags % 2 == 1
     local dt = floor(flags / 2) % 2 == 1
     local exp = NOW + lease_ns
-    local k = tonumber(call('HGET', KRA, seq) or '0')
+    local k = floor(flags / 4)
     hsave(KL, seq, {g = gid, p = permit, pr = r[5], sr = start, dt = dt, m = m, x = exp, k = k})
     call('ZADD', KLX, exp, seq)
     cadd('deq', 1)
     cadd('leased', 1)
-    out = {'ready', seq + k * LEASE_SPAN, ssub(m, 15), G(gid).k}
-  else
-    out = {r[1], fmt(r[2] or -1)}
+    out[1] = out[1] + 1
+    out[#out + 1] = seq + k * LEASE_SPAN
+    out[#out + 1] = ssub(m, 15)
+    out[#out + 1] = G(gid).k
   end
   flush_all()
+  out[#out + 1] = last[1]
+  out[#out + 1] = fmt(last[2] or -1)
   out[#out + 1] = call('HLEN', KL)
   out[#out + 1] = fmt(NOW)
   out[#out + 1] = fmt(next_expiry())
@@ -1246,7 +1296,6 @@ end
 local function end_lease(seq)
   call('HDEL', KL, seq)
   call('ZREM', KLX, seq)
-  call('HDEL', KRA, seq)
 end
 
 OPS.complete = function(args)
@@ -1270,7 +1319,9 @@ OPS.retry = function(args)
   local new_seq = cget('seq')
   cset('seq', new_seq + 1)
   local priority = math.min(math.max(rec.pr + tonumber(args[5]), I32_MIN), I32_MAX)
-  insert(gid, new_seq, ssub(rec.m, 14), priority, rec.sr, nil, NOW)
+  -- A new request: its redelivery count starts again.
+  insert(gid, new_seq, schar(sbyte(rec.m, 14) % 4) .. ssub(rec.m, 15), priority, rec.sr, nil,
+    NOW)
   cadd('retried', 1)
   cadd('enq', 1)
   flush_all()
@@ -1294,7 +1345,7 @@ end
 
 -- Remembers the kind of a scope named by the caller (its default parameters).
 local function reg(name, kind)
-  if kind ~= '' then call('HSETNX', P .. 'sk', name, kind) end
+  if kind ~= '' then call('HSETNX', P .. 'np', name, '\0' .. kind) end
 end
 
 local function ov_update(name, f)
@@ -1432,18 +1483,40 @@ OPS.debug_rng = function(args)
 end
 
 -- ------------------------------------------------------------------ dispatch
-local op = OPS[ARGV[1]]
-if not op then fail('CONFIG', 'unknown operation ' .. tostring(ARGV[1])) end
-local args = {}
-for i = 3, #ARGV do args[#args + 1] = ARGV[i] end
+-- Starts a call on the crawl with key prefix `prefix`: forgets everything cached by the
+-- previous call.
+local function reset(prefix)
+  bind()
+  P = prefix
+  KC, KCFG, KT, KOV = P .. 'c', P .. 'cfg', P .. 't', P .. 'ov'
+  KG, KSS = P .. 'G', P .. 'SS'
+  KCAND, KEV, KGK, KSK = P .. 'cand', P .. 'ev', P .. 'gk', P .. 'sid'
+  KL, KLX, KST = P .. 'L', P .. 'lx', P .. 'st'
+  C, Cdirty, Cloaded = {}, {}, false
+  S = nil
+  Pcache, Pptr = {}, {}
+  NOW = nil
+  Tcache = {}
+  Gcache, Gdirty, SScache, SSdirty = {}, {}, {}, {}
+end
+
 local bare = {init = true, callback = true, callback_name = true, debug_ns = true,
               debug_rng = true}
-if not bare[ARGV[1]] then
-  local layout = call('HGET', KCFG, 'layout')
-  if not layout then fail('CONFIG', 'the crawl ' .. P .. ' is not initialised') end
-  if tonumber(layout) ~= LAYOUT then
-    fail('VERSION', 'crawl keys use layout ' .. layout .. ', this client reads ' .. LAYOUT)
+
+local function main(keys, argv)
+  if type(keys[1]) ~= 'string' or keys[1] == '' then fail('CONFIG', 'no crawl prefix') end
+  reset(keys[1])
+  local op = OPS[argv[1]]
+  if not op then fail('CONFIG', 'unknown operation ' .. tostring(argv[1])) end
+  local args = {}
+  for i = 3, #argv do args[#args + 1] = argv[i] end
+  if not bare[argv[1]] then
+    local layout = call('HGET', KCFG, 'layout')
+    if not layout then fail('CONFIG', 'the crawl ' .. P .. ' is not initialised') end
+    if tonumber(layout) ~= LAYOUT then
+      fail('VERSION', 'crawl keys use layout ' .. layout .. ', this client reads ' .. LAYOUT)
+    end
+    NOW = read_now(argv[2])
   end
-  NOW = read_now(ARGV[2])
+  return op(args)
 end
-return op(args)

@@ -80,4 +80,6 @@ mod params;
 pub mod testing;
 
 pub use error::RedisStoreError;
-pub use frontier::{RedisConfig, RedisFrontier, RedisInfo, RedisScopeStats, TimeSource};
+pub use frontier::{
+    RedisConfig, RedisFrontier, RedisInfo, RedisScopeStats, ScriptMode, TimeSource,
+};

@@ -148,8 +148,8 @@ pub(crate) fn script_settings(settings: &Settings) -> String {
     .to_string()
 }
 
-/// Everything `init` stores: (field, JSON) for the three kind defaults and every named
-/// scope.
+/// Everything `init` stores: (field, JSON) for the three kind defaults (fields `\0` and
+/// the kind's digit: no scope name starts with a NUL byte) and every named scope.
 pub(crate) fn all_params(settings: &Settings) -> Vec<(String, String)> {
     let empty = ScopeConfig::default();
     let mut out = Vec::with_capacity(3 + settings.scopes.len());
@@ -158,7 +158,7 @@ pub(crate) fn all_params(settings: &Settings) -> Vec<(String, String)> {
         ('1', ScopeKind::Domain),
         ('2', ScopeKind::Other),
     ] {
-        out.push((format!("#{digit}"), scope_params(settings, kind, &empty)));
+        out.push((format!("\0{digit}"), scope_params(settings, kind, &empty)));
     }
     for (name, config) in &settings.scopes {
         out.push((

@@ -2,7 +2,7 @@
 
 use frontier_core::{FrontierError, Poll, PushOutcome, Request};
 use store_redis::testing::RedisServer;
-use store_redis::{RedisConfig, RedisFrontier, RedisStoreError, TimeSource};
+use store_redis::{RedisConfig, RedisFrontier, RedisStoreError, ScriptMode, TimeSource};
 use throttle_core::{Outcome, ScopeConfig, Settings, Timestamp};
 
 fn t(s: u64) -> Timestamp {
@@ -172,14 +172,15 @@ fn damaged_data_gives_typed_errors() {
         .arg("c.com")
         .query(&mut c)
         .unwrap();
-    let _: () = redis::cmd("SET")
-        .arg(format!("{{dmg}}:g:{gid}"))
+    let _: () = redis::cmd("HSET")
+        .arg("{dmg}:G")
+        .arg(&gid)
         .arg("\u{1}not msgpack")
         .query(&mut c)
         .unwrap();
     match f.poll(t(0)) {
         Err(FrontierError::Store(RedisStoreError::Corrupt { detail })) => {
-            assert!(detail.contains(":g:"), "{detail}")
+            assert!(detail.contains(":G["), "{detail}")
         }
         other => panic!("expected a corrupt record, got {other:?}"),
     }
@@ -223,47 +224,60 @@ fn scripts_reload_and_connections_recover() {
     let Some(server) = RedisServer::start_or_skip("script_reload") else {
         return;
     };
-    let mut f = open(
-        &server,
-        "reload",
-        Settings::default().without_jitter(),
-        RedisConfig::default(),
-    );
     let mut c = conn(&server);
-    f.push(&Request::get("https://a.com/1"), t(0)).unwrap();
-    // The server forgets its scripts (a restart, a failover to a replica without them).
-    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut c).unwrap();
-    f.push_all(
-        &[
-            Request::get("https://a.com/2"),
-            Request::get("https://a.com/3"),
-        ],
-        t(0),
-    )
-    .unwrap();
-    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(&mut c).unwrap();
-    assert!(matches!(f.poll(t(0)).unwrap(), Poll::Ready(_)));
-    // The connection is cut: the next call fails with a typed error or reconnects, and
-    // the one after works.
-    let _: redis::Value = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("normal")
-        .arg("SKIPME")
-        .arg("yes")
-        .query(&mut c)
-        .unwrap();
-    let first = f.poll(t(0));
-    if let Err(e) = &first {
-        assert!(
-            matches!(e, FrontierError::Store(RedisStoreError::Redis { .. })),
-            "{e}"
+    for mode in [ScriptMode::Function, ScriptMode::Eval] {
+        let crawl = format!("reload-{mode:?}");
+        let config = RedisConfig {
+            script: mode,
+            ..RedisConfig::default()
+        };
+        let mut f = open(
+            &server,
+            &crawl,
+            Settings::default().without_jitter(),
+            config,
         );
+        f.push(&Request::get("https://a.com/1"), t(0)).unwrap();
+        // The server forgets its code (a restart, a failover to a replica without it).
+        let forget = |c: &mut redis::Connection| {
+            let _: () = redis::cmd("SCRIPT").arg("FLUSH").query(c).unwrap();
+            let _: () = redis::cmd("FUNCTION").arg("FLUSH").query(c).unwrap();
+        };
+        forget(&mut c);
+        let pushed = f
+            .push_all(
+                &[
+                    Request::get("https://a.com/2"),
+                    Request::get("https://a.com/3"),
+                ],
+                t(0),
+            )
+            .unwrap();
+        assert!(pushed.iter().all(|p| matches!(p, PushOutcome::Queued(_))));
+        forget(&mut c);
+        assert!(matches!(f.poll(t(0)).unwrap(), Poll::Ready(_)), "{mode:?}");
+        // The connection is cut: the next call fails with a typed error or reconnects,
+        // and the one after works.
+        let _: redis::Value = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("normal")
+            .arg("SKIPME")
+            .arg("yes")
+            .query(&mut c)
+            .unwrap();
+        let first = f.poll(t(0));
+        if let Err(e) = &first {
+            assert!(
+                matches!(e, FrontierError::Store(RedisStoreError::Redis { .. })),
+                "{e}"
+            );
+        }
+        assert!(matches!(
+            f.poll(t(0)).unwrap(),
+            Poll::Ready(_) | Poll::Blocked
+        ));
     }
-    assert!(matches!(
-        f.poll(t(0)).unwrap(),
-        Poll::Ready(_) | Poll::Blocked
-    ));
 }
 
 #[test]

@@ -13,7 +13,7 @@ use std::sync::OnceLock;
 
 use frontier_core::{Frontier, FrontierConfig, LeaseId, Poll, PushOutcome, Request};
 use store_redis::testing::RedisServer;
-use store_redis::{RedisConfig, RedisFrontier, RedisScopeStats};
+use store_redis::{RedisConfig, RedisFrontier, RedisScopeStats, ScriptMode};
 use throttle_core::{
     BackoffConfig, BackoffTarget, Jitter, Outcome, QueueOrder, QuotaReconcile, RampupConfig,
     ScopeConfig, ScopeStats, Settings, StartOrder, Timestamp,
@@ -129,6 +129,16 @@ fn redis_stats(s: &RedisScopeStats) -> String {
 
 /// Runs `steps` through both frontiers and panics at the first difference.
 fn run_both(name: &str, settings: Settings, scopes: &[&str], steps: &[Step]) -> usize {
+    run_both_with(name, settings, scopes, steps, ScriptMode::Function)
+}
+
+fn run_both_with(
+    name: &str,
+    settings: Settings,
+    scopes: &[&str],
+    steps: &[Step],
+    script: ScriptMode,
+) -> usize {
     let Some(server) = server() else { return 0 };
     let start = Timestamp::from_secs(1000);
     let mut core = Frontier::open(
@@ -141,6 +151,7 @@ fn run_both(name: &str, settings: Settings, scopes: &[&str], steps: &[Step]) -> 
     // Leases never expire here: the in-process frontier redelivers only on reopen.
     let config = RedisConfig {
         lease_timeout: std::time::Duration::from_secs(86_400 * 30),
+        script,
         ..RedisConfig::default()
     };
     let mut redis = RedisFrontier::open(&server.url(), &crawl_name(), settings, config).unwrap();
@@ -678,5 +689,21 @@ fn random_timelines_with_jitter() {
         let s = random_settings(&mut rng, true);
         let steps = random_steps(&mut rng, 250);
         run_both(&format!("jitter seed {seed}"), s, &RANDOM_SCOPES, &steps);
+    }
+}
+
+#[test]
+fn random_timelines_through_evalsha() {
+    for seed in 200..=205u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let s = random_settings(&mut rng, seed % 2 == 0);
+        let steps = random_steps(&mut rng, 250);
+        run_both_with(
+            &format!("evalsha seed {seed}"),
+            s,
+            &RANDOM_SCOPES,
+            &steps,
+            ScriptMode::Eval,
+        );
     }
 }

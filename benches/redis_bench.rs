@@ -1,0 +1,208 @@
+//! The Redis frontier next to scrapy-redis, on the peers' workload (their URL shapes and
+//! priorities): Redis memory per queued request, push and pop rates, duplicate-filter
+//! bytes per fingerprint. Measured like `shared/peers/bench_scrapy_redis.py` measures
+//! scrapy-redis: `INFO memory` `used_memory` before and after the pushes (delta / N),
+//! wall time of each phase, request building excluded.
+//!
+//!     cargo run --release -p workspace-benches --bin redis-bench -- [N] [HOSTS]
+//!
+//! Starts its own `redis-server` (no persistence) unless `REDIS_URL` is set. Prints one
+//! JSON object per case:
+//! - `push`: `push_ops_s` (pipelined batches of 1,000 through one script call each),
+//!   `redis_bytes_per_req`, `redis_key_usage_bytes_per_req` (MEMORY USAGE of the
+//!   crawl's keys), `avg_url_len`, `avg_payload_len`;
+//! - `pop`: `pop_ops_s`: `poll` until empty, one script call per request (each leases a
+//!   request: throttle checks and reservations on its scope, a lease record with its
+//!   expiry), and `pop_batch_ops_s` with `poll_batch(64)`; `poll_complete_ops_s`: `poll`
+//!   then `complete` (two calls per request);
+//! - `dupefilter`: `redis_bytes_per_fp` (binary 64-bit fingerprints in a set) and
+//!   `dup_seen_ops_s` (pushes of already-seen URLs, pipelined).
+#![allow(clippy::print_stdout)]
+
+use std::time::Instant;
+
+use frontier_core::{Poll, PushOutcome};
+use store_redis::testing::RedisServer;
+use store_redis::{RedisConfig, RedisFrontier};
+use throttle_core::{Outcome, Settings, Timestamp};
+use workspace_benches::peer_requests_range;
+
+fn used_memory(c: &mut redis::Connection) -> i64 {
+    let info: String = redis::cmd("INFO").arg("memory").query(c).unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("used_memory:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("used_memory")
+}
+
+fn key_usage(c: &mut redis::Connection, pattern: &str) -> i64 {
+    let keys: Vec<String> = redis::cmd("KEYS").arg(pattern).query(c).unwrap();
+    keys.iter()
+        .map(|k| {
+            redis::cmd("MEMORY")
+                .arg("USAGE")
+                .arg(k)
+                .arg("SAMPLES")
+                .arg(0)
+                .query::<Option<i64>>(c)
+                .unwrap()
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+fn settings() -> Settings {
+    // Throttling on for every poll, but nothing waits: unlimited concurrency, no delay.
+    Settings {
+        concurrent_requests: u32::MAX,
+        concurrent_requests_per_domain: 0,
+        ..Settings::default()
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let n: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(50_000);
+    let hosts: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(10_000);
+    let _server;
+    let url = match std::env::var("REDIS_URL") {
+        Ok(u) => u,
+        Err(_) => {
+            _server = RedisServer::start("redis-bench")
+                .unwrap_or_else(|e| panic!("{e}"))
+                .expect("redis-server is needed (apt-get install -y redis-server)");
+            _server.url()
+        }
+    };
+    let mut c = redis::Client::open(url.as_str())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
+    let now = Timestamp::ZERO;
+
+    // ---------------------------------------------------------------- push
+    let reqs = peer_requests_range(0, n, hosts);
+    let url_len = reqs.iter().map(|r| r.url.len()).sum::<usize>() as f64 / n as f64;
+    let mut f = RedisFrontier::open(&url, "bench", settings(), RedisConfig::default()).unwrap();
+    // Warm the script cache and the callback table (not counted).
+    let mem0 = used_memory(&mut c);
+    let t0 = Instant::now();
+    for chunk in reqs.chunks(10_000) {
+        let out = f.push_all(chunk, now).unwrap();
+        assert!(out.iter().all(|o| matches!(o, PushOutcome::Queued(_))));
+    }
+    let push_s = t0.elapsed().as_secs_f64();
+    let mem1 = used_memory(&mut c);
+    let queue_usage = key_usage(&mut c, "{bench}:q:*")
+        + key_usage(&mut c, "{bench}:g:*")
+        + key_usage(&mut c, "{bench}:cand")
+        + key_usage(&mut c, "{bench}:gk");
+    let fp_usage = key_usage(&mut c, "{bench}:df");
+    let payload: i64 = {
+        let keys: Vec<String> = redis::cmd("KEYS").arg("{bench}:q:*").query(&mut c).unwrap();
+        let mut total = 0i64;
+        for k in keys.iter().take(200) {
+            let members: Vec<Vec<u8>> = redis::cmd("ZRANGE")
+                .arg(k)
+                .arg(0)
+                .arg(-1)
+                .query(&mut c)
+                .unwrap();
+            total += members.iter().map(|m| m.len() as i64 - 14).sum::<i64>();
+        }
+        total
+    };
+    let sampled: i64 = {
+        let keys: Vec<String> = redis::cmd("KEYS").arg("{bench}:q:*").query(&mut c).unwrap();
+        keys.iter()
+            .take(200)
+            .map(|k| redis::cmd("ZCARD").arg(k).query::<i64>(&mut c).unwrap())
+            .sum()
+    };
+    println!(
+        "{{\"case\": \"push\", \"n\": {n}, \"d\": {hosts}, \"push_ops_s\": {:.1}, \"redis_bytes_per_req\": {:.1}, \"redis_key_usage_bytes_per_req\": {:.1}, \"avg_url_len\": {url_len:.1}, \"avg_payload_len\": {:.1}}}",
+        n as f64 / push_s,
+        (mem1 - mem0) as f64 / n as f64,
+        queue_usage as f64 / n as f64,
+        payload as f64 / sampled.max(1) as f64,
+    );
+    println!(
+        "{{\"case\": \"dupefilter\", \"n\": {n}, \"redis_bytes_per_fp\": {:.1}}}",
+        fp_usage as f64 / n as f64
+    );
+
+    // ----------------------------------------------------------- duplicates
+    let dups = &reqs[..n.min(50_000)];
+    let t0 = Instant::now();
+    let out = f.push_all(dups, now).unwrap();
+    let dup_s = t0.elapsed().as_secs_f64();
+    assert!(out.iter().all(|o| *o == PushOutcome::Duplicate));
+    println!(
+        "{{\"case\": \"dupefilter_seen\", \"n\": {}, \"dup_seen_ops_s\": {:.1}}}",
+        dups.len(),
+        dups.len() as f64 / dup_s
+    );
+
+    // ----------------------------------------------------------------- pop
+    let t0 = Instant::now();
+    let mut popped = 0usize;
+    let mut last_priority = i32::MAX;
+    let mut order_errors = 0;
+    while let Poll::Ready(lease) = f.poll(now).unwrap() {
+        if lease.request.priority > last_priority {
+            order_errors += 1;
+        }
+        last_priority = lease.request.priority;
+        popped += 1;
+    }
+    let pop_s = t0.elapsed().as_secs_f64();
+    assert_eq!(popped, n);
+    println!(
+        "{{\"case\": \"pop\", \"n\": {n}, \"pop_ops_s\": {:.1}, \"order_errors\": {order_errors}}}",
+        n as f64 / pop_s
+    );
+
+    // --------------------------------------------------------- batched pop
+    let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
+    let mut f = RedisFrontier::open(&url, "bench3", settings(), RedisConfig::default()).unwrap();
+    for chunk in reqs.chunks(10_000) {
+        f.push_all(chunk, now).unwrap();
+    }
+    let t0 = Instant::now();
+    let mut popped = 0usize;
+    loop {
+        let batch = f.poll_batch(now, 64).unwrap();
+        if batch.is_empty() {
+            break;
+        }
+        popped += batch.len();
+    }
+    let popb_s = t0.elapsed().as_secs_f64();
+    assert_eq!(popped, n);
+    println!(
+        "{{\"case\": \"pop_batch\", \"n\": {n}, \"batch\": 64, \"pop_batch_ops_s\": {:.1}}}",
+        n as f64 / popb_s
+    );
+
+    // ------------------------------------------------------ poll + complete
+    let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
+    let mut f = RedisFrontier::open(&url, "bench2", settings(), RedisConfig::default()).unwrap();
+    for chunk in reqs.chunks(10_000) {
+        f.push_all(chunk, now).unwrap();
+    }
+    let ok = Outcome::status(200);
+    let t0 = Instant::now();
+    let mut done = 0usize;
+    while let Poll::Ready(lease) = f.poll(now).unwrap() {
+        f.complete(lease.id(), &ok, now).unwrap();
+        done += 1;
+    }
+    let pc_s = t0.elapsed().as_secs_f64();
+    assert_eq!(done, n);
+    println!(
+        "{{\"case\": \"poll_complete\", \"n\": {n}, \"poll_complete_ops_s\": {:.1}}}",
+        n as f64 / pc_s
+    );
+    let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
+}
