@@ -8,9 +8,12 @@
 //!
 //! Starts its own `redis-server` (no persistence) unless `REDIS_URL` is set. Prints one
 //! JSON object per case:
-//! - `push`: `push_ops_s` (pipelined batches of 1,000 through one script call each),
-//!   `redis_bytes_per_req`, `redis_key_usage_bytes_per_req` (MEMORY USAGE of the
-//!   crawl's keys), `avg_url_len`, `avg_payload_len`;
+//! - `push_no_dupefilter`: the queue alone (as scrapy-redis's PriorityQueue):
+//!   `push_ops_s` (pipelined batches of 1,000 through one script call each) and
+//!   `redis_bytes_per_req`;
+//! - `push`: the same with the duplicate filter: `push_ops_s`, `redis_bytes_per_req`
+//!   (queue and fingerprints), `redis_key_usage_bytes_per_req` (MEMORY USAGE of the
+//!   queue's keys), `avg_url_len`, `avg_payload_len`;
 //! - `pop`: `pop_ops_s`: `poll` until empty, one script call per request (each leases a
 //!   request: throttle checks and reservations on its scope, a lease record with its
 //!   expiry), and `pop_batch_ops_s` with `poll_batch(64)`; `poll_complete_ops_s`: `poll`
@@ -21,7 +24,7 @@
 
 use std::time::Instant;
 
-use frontier_core::{Poll, PushOutcome};
+use frontier_core::{DupeFilterConfig, FrontierConfig, Poll, PushOutcome};
 use store_redis::testing::RedisServer;
 use store_redis::{RedisConfig, RedisFrontier};
 use throttle_core::{Outcome, Settings, Timestamp};
@@ -81,9 +84,34 @@ fn main() {
     let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
     let now = Timestamp::ZERO;
 
-    // ---------------------------------------------------------------- push
+    // ------------------------------------------- push, queue only (no dupefilter)
     let reqs = peer_requests_range(0, n, hosts);
     let url_len = reqs.iter().map(|r| r.url.len()).sum::<usize>() as f64 / n as f64;
+    {
+        let config = RedisConfig {
+            frontier: FrontierConfig {
+                dupefilter: DupeFilterConfig::Disabled,
+                ..FrontierConfig::default()
+            },
+            ..RedisConfig::default()
+        };
+        let mut f = RedisFrontier::open(&url, "queue", settings(), config).unwrap();
+        let mem0 = used_memory(&mut c);
+        let t0 = Instant::now();
+        for chunk in reqs.chunks(10_000) {
+            f.push_all(chunk, now).unwrap();
+        }
+        let push_s = t0.elapsed().as_secs_f64();
+        let mem1 = used_memory(&mut c);
+        println!(
+            "{{\"case\": \"push_no_dupefilter\", \"n\": {n}, \"d\": {hosts}, \"push_ops_s\": {:.1}, \"redis_bytes_per_req\": {:.1}, \"avg_url_len\": {url_len:.1}}}",
+            n as f64 / push_s,
+            (mem1 - mem0) as f64 / n as f64,
+        );
+        let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
+    }
+
+    // ------------------------------------------------ push with the dupefilter
     let mut f = RedisFrontier::open(&url, "bench", settings(), RedisConfig::default()).unwrap();
     // Warm the script cache and the callback table (not counted).
     let mem0 = used_memory(&mut c);
