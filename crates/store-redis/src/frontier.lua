@@ -110,6 +110,7 @@ local function settings()
 end
 
 local Pcache = {}  -- scope name -> params, this call
+local Pkey = {}    -- scope name -> its entry in "np" when known from a group record
 local Pptr = {}    -- kind pointer -> JSON, this call
 local Pblob = {}   -- JSON -> decoded params, kept across calls (keyed by content)
 -- Params of a scope: its own configuration if named in the settings, else the default
@@ -119,7 +120,8 @@ local function params_of(name, kind)
   if p then return p end
   -- "np" maps a configured scope to its JSON and any other scope to "\0kind", the key
   -- of its kind's defaults (no scope name starts with a NUL byte).
-  local raw = call('HGET', P .. 'np', name)
+  local raw = Pkey[name]
+  if raw == nil or sbyte(raw, 1) ~= 0 then raw = call('HGET', P .. 'np', name) end
   if not raw and kind then raw = '\0' .. kind end
   if not raw then fail('CORRUPT', 'scope ' .. name .. ' has no parameters') end
   if sbyte(raw, 1) == 0 then
@@ -447,7 +449,15 @@ end
 
 -- Overrides (live changes and Crawl-delay results), by scope name.
 local KOV
-local function override_of(name) return hload(KOV, name) end
+-- No lookup at all while the crawl has no override (the counter "ovn" counts them).
+local function override_of(name)
+  if cget('ovn') == 0 then return nil end
+  return hload(KOV, name)
+end
+local function override_save(name, ov, existed)
+  hsave(KOV, name, ov)
+  if not existed then cadd('ovn', 1) end
+end
 
 -- The state of `name`, created if needed, brought up to `now`, marked used.
 -- Returns state, params.
@@ -597,12 +607,20 @@ local SScache, SSdirty = {}, {}
 local KG, KSS
 local function qkey(gid) return P .. 'q:' .. gid end
 local function gload(gid) return hload(KG, gid) end
+-- Caches a group record and what it tells about its scopes' parameters.
+local function gremember(gid, g)
+  Gcache[gid] = g
+  if g.pk then
+    for i, u in ipairs(g.u) do Pkey[u[1]] = g.pk[i] end
+  end
+  return g
+end
 local function G(gid)
   local g = Gcache[gid]
   if g == nil then
     g = gload(gid)
     if not g then fail('CORRUPT', 'group ' .. gid .. ' has no record') end
-    Gcache[gid] = g
+    gremember(gid, g)
   end
   return g
 end
@@ -743,7 +761,7 @@ local function best_parked(sid)
     if not m then return nil end
     local gid = member_gid(m)
     local g = Gcache[gid] or gload(gid)
-    if g then Gcache[gid] = g end
+    if g then gremember(gid, g) end
     if g and g.st == 'P' and g.ps == sid and g.m == m then return gid, m end
     call('ZREM', key, m)  -- a stale listing
   end
@@ -811,9 +829,11 @@ local function group_for(key, kinds)
   local gid = tonumber(call('HGET', KGK, key) or '')
   if gid then return gid end
   local uses = parse_group_key(key)
-  local sids, amount = {}, 0
+  local sids, amount, pk = {}, 0, {}
   for i, u in ipairs(uses) do
     if kinds and kinds[i] then call('HSETNX', P .. 'np', u[1], '\0' .. kinds[i]) end
+    local v = call('HGET', P .. 'np', u[1])
+    if v and sbyte(v, 1) == 0 then pk[i] = v else pk[i] = u[1] end
     sids[i] = intern_scope(u[1])
     amount = amount + u[2]
   end
@@ -823,8 +843,8 @@ local function group_for(key, kinds)
     cset('gnext', gid + 1)
   end
   local g = {k = key, u = uses, s = sids, am = amount, n = 0, dl = 0, a = 0, st = 'I',
-             ls = 0, ld = 0, sh = false}
-  Gcache[gid] = g
+             ls = 0, ld = 0, sh = false, pk = pk}
+  gremember(gid, g)
   gmark(gid)
   for _, sid in ipairs(sids) do
     local s = SS(sid)
@@ -923,7 +943,7 @@ local function pop_candidate()
     if not m then return nil end
     local gid = member_gid(m)
     local g = Gcache[gid] or gload(gid)
-    if g then Gcache[gid] = g end
+    if g then gremember(gid, g) end
     if g and g.st == 'C' and g.m == m then
       g.m = nil
       gmark(gid)
@@ -1038,8 +1058,9 @@ end
 
 -- Scheduler::poll. Returns {'ready', gid, member, permit, priority, class} or
 -- {'peek', gid} or {'until', t} or {'blocked'} or {'empty'}.
-local function sched_poll(now, reserve)
-  handle_events(now)
+-- `again`: another poll at the same instant in the same call, whose events were handled.
+local function sched_poll(now, reserve, again)
+  if not again then handle_events(now) end
   while cget('queued') > 0 do
     local gid
     if cget('inf') >= settings().concurrent_requests then
@@ -1101,9 +1122,32 @@ local function lease_parts(id)
 end
 local function stat(name, d) call('HINCRBY', KST, name, d) end
 
+-- Lease records: group, priority, flags (1 start, 2 dont_track, 4 counted), redelivery
+-- count, expiry, then the queue member (order prefix, flags, payload).
+local function lease_pack(rec)
+  local bits = (rec.sr and 1 or 0) + (rec.dt and 2 or 0) + (rec.counted and 4 or 0)
+  return spack('>I4i4BBd', rec.g, rec.pr, bits, rec.k, rec.x) .. rec.m
+end
+local function lease_load(seq)
+  local raw = call('HGET', KL, seq)
+  if not raw then return nil end
+  local ok, g, pr, bits, k, x, pos = pcall(sunpack, '>I4i4BBd', raw)
+  if not ok or #raw < pos + 13 then fail('CORRUPT', KL .. '[' .. seq .. ']: bad lease record') end
+  return {g = g, pr = pr, sr = bits % 2 == 1, dt = floor(bits / 2) % 2 == 1,
+          counted = floor(bits / 4) % 2 == 1, k = k, x = x, m = ssub(raw, pos)}
+end
+-- The permit a lease holds: every scope of its group.
+local function lease_permit(rec)
+  local names = {}
+  if rec.counted then
+    for i, u in ipairs(G(rec.g).u) do names[i] = u[1] end
+  end
+  return {s = names, counted = rec.counted}
+end
+
 local function frontier_release(rec, outcome, now)
   if rec.dt then outcome = {cancelled = true} end
-  local load = release(rec.p, outcome, now)
+  local load = release(lease_permit(rec), outcome, now)
   lease_ended(rec.g, load, now)
 end
 
@@ -1111,14 +1155,14 @@ end
 local function redeliver_expired(now, limit)
   local due = call('ZRANGEBYSCORE', KLX, '-inf', now, 'LIMIT', 0, limit)
   for _, seq in ipairs(due) do
-    local rec = hload(KL, seq)
+    local rec = lease_load(seq)
     call('ZREM', KLX, seq)
     if rec then
       call('HDEL', KL, seq)
       local key = G(rec.g).k
       frontier_release(rec, {cancelled = true}, now)
       local gid = group_for(key, nil)
-      local flags = sbyte(rec.m, 14) % 4 + (((rec.k or 0) + 1) % 64) * 4
+      local flags = sbyte(rec.m, 14) % 4 + ((rec.k + 1) % 64) * 4
       insert(gid, tonumber(seq), schar(flags) .. ssub(rec.m, 15), rec.pr, rec.sr, nil, now)
       cadd('enq', 1)
       cadd('redel', 1)
@@ -1239,7 +1283,7 @@ OPS.poll = function(args)
   local out = {0}
   local last = {'more'}
   while out[1] < max do
-    local r = sched_poll(NOW, true)
+    local r = sched_poll(NOW, true, out[1] > 0)
     if r[1] ~= 'ready' then
       last = r
       break
@@ -1251,7 +1295,8 @@ OPS.poll = function(args)
     local dt = floor(flags / 2) % 2 == 1
     local exp = NOW + lease_ns
     local k = floor(flags / 4)
-    hsave(KL, seq, {g = gid, p = permit, pr = r[5], sr = start, dt = dt, m = m, x = exp, k = k})
+    call('HSET', KL, seq, lease_pack({g = gid, counted = permit.counted, pr = r[5], sr = start,
+                                      dt = dt, m = m, x = exp, k = k}))
     call('ZADD', KLX, exp, seq)
     cadd('deq', 1)
     cadd('leased', 1)
@@ -1289,8 +1334,8 @@ end
 -- The lease record of lease id ID, if it is still out under that id.
 local function lease_of(id)
   local seq, k = lease_parts(id)
-  local rec = hload(KL, seq)
-  if not rec or (rec.k or 0) ~= k then return nil end
+  local rec = lease_load(seq)
+  if not rec or rec.k ~= k then return nil end
   return rec, seq
 end
 local function end_lease(seq)
@@ -1333,7 +1378,7 @@ OPS.extend = function(args)
   local rec, seq = lease_of(args[1])
   if not rec then return 0 end
   rec.x = NOW + tonumber(args[2])
-  hsave(KL, seq, rec)
+  call('HSET', KL, seq, lease_pack(rec))
   call('ZADD', KLX, rec.x, seq)
   return 1
 end
@@ -1349,9 +1394,10 @@ local function reg(name, kind)
 end
 
 local function ov_update(name, f)
-  local ov = override_of(name) or {}
+  local old = override_of(name)
+  local ov = old or {}
   f(ov)
-  hsave(KOV, name, ov)
+  override_save(name, ov, old ~= nil)
 end
 
 -- delay_scope NAME KIND NS
@@ -1425,21 +1471,23 @@ OPS.crawl_delay = function(args)
     or (p.explicit_concurrency ~= nil
         and (p.explicit_concurrency == 0 or p.explicit_concurrency > 1))
   local st0 = tfind(name)
-  local ov = override_of(name) or {}
+  local old_ov = override_of(name)
+  local ov = old_ov or {}
   local current
   if st0 then current = st0.bd else current = ov.bd or p.delay end
   if conflicts then
     local warned = not p.ignore_robots_txt and not ov.rw
     if warned then
       ov.rw = true
-      hsave(KOV, name, ov)
+      override_save(name, ov, old_ov ~= nil)
+      flush_all()
     end
     return {'kept', warned and 1 or 0}
   end
   local delay = math.max(current, capped)
   local conc = math.max(p.min_concurrency, 1)
   ov.bd, ov.c, ov.rd = delay, conc, delay
-  hsave(KOV, name, ov)
+  override_save(name, ov, old_ov ~= nil)
   local st = tresolve(name, now)
   raise_base_delay(st, delay)
   st.c = conc
@@ -1494,7 +1542,7 @@ local function reset(prefix)
   KL, KLX, KST = P .. 'L', P .. 'lx', P .. 'st'
   C, Cdirty, Cloaded = {}, {}, false
   S = nil
-  Pcache, Pptr = {}, {}
+  Pcache, Pptr, Pkey = {}, {}, {}
   NOW = nil
   Tcache = {}
   Gcache, Gdirty, SScache, SSdirty = {}, {}, {}, {}
