@@ -17,7 +17,9 @@
 //!
 //! The script is a port of `throttle-core` and `frontier-core`'s scheduler: the same
 //! timeline gives the same decisions as the in-process [`Frontier`](frontier_core::Frontier)
-//! (checked by this crate's conformance tests). It implements
+//! (checked step by step, to the nanosecond and jitter included, by this crate's
+//! conformance tests). It is loaded once per server as a Redis 7 function library
+//! (`FCALL`), or as a cached script (`EVALSHA`, [`ScriptMode::Eval`]). It implements
 //! [`Scheduling`](frontier_core::Scheduling), so the runtime drivers drive it unchanged.
 //!
 //! ```no_run
@@ -41,30 +43,70 @@
 //! ## Keys
 //!
 //! Every key of a crawl starts with `{name}:` (one hash tag: one Redis Cluster slot, so
-//! the script stays atomic there):
+//! each operation stays atomic there):
 //!
 //! | key | type | holds |
 //! |---|---|---|
 //! | `cfg` | hash | layout version, settings, the crawl's epoch (server time) |
-//! | `c`, `st` | hash | counters (sequence, queued, in flight, RNG state, stats) |
-//! | `np`, `sk` | hash | resolved scope parameters; each scope's kind |
-//! | `gk`, `g:<id>`, `q:<id>` | hash, string, sorted set | scope groups: key → id, record, queue |
-//! | `sid`, `ss:<id>`, `pk:<id>` | hash, string, sorted set | scheduler scopes and the groups parked on them |
+//! | `c`, `st` | hash | counters (sequence, queued, in flight, jitter RNG state, stats) |
+//! | `np` | hash | each scope's resolved parameters (or a pointer to its kind's defaults) |
+//! | `gk`, `G`, `q:<id>` | hash, hash, sorted set | scope groups: key → id, records, queues |
+//! | `sid`, `SS`, `pk:<id>` | hash, hash, sorted set | scheduler scopes and the groups parked on them |
 //! | `cand`, `ev` | sorted set | groups that may send; scope timers and delayed requests by time |
 //! | `dr` | hash | requests held by their own delay |
 //! | `t`, `ov` | hash | throttle scope states; live changes and Crawl-delays |
 //! | `L`, `lx` | hash, sorted set | leases; their expiry times |
-//! | `df` | set | binary fingerprints seen |
+//! | `df` | set | binary 64-bit fingerprints seen |
 //! | `cbn`, `cbi` | hash | callback names ↔ numbers |
 //!
-//! Queued requests are `postcard` records (frontier-core's codec, the host left out when
-//! it is the group's) behind a 14-byte order prefix, in one sorted set per scope group.
+//! A queued request is frontier-core's `postcard` record (the host left out when it is
+//! the group's) behind a 14-byte prefix (priority, start class, sequence number, flags),
+//! in its group's sorted set.
 //!
 //! ## Time
 //!
 //! [`TimeSource::Caller`]: each call's `now` (a fake clock in tests). [`TimeSource::Server`]:
 //! the server's `TIME`, counted from the crawl's creation, so workers with skewed clocks
-//! agree; instants returned are mapped onto the caller's `now`.
+//! agree; instants returned are mapped onto the caller's `now` (its own clock) so a driver
+//! can sleep on them. Times are nanoseconds in doubles inside the script: exact for 104
+//! days from the crawl's epoch.
+//!
+//! ## N workers on M machines
+//!
+//! Every worker opens the same crawl name on the same server with the same [`Settings`](throttle_core::Settings)
+//! (the first one stores them; a worker with other settings is refused) and runs its own
+//! loop or driver (`runtime_tokio::DriverFor<RedisFrontier>`, any number of tasks per
+//! process). Use [`TimeSource::Server`] in production. A worker that dies loses
+//! nothing: its leases expire after [`RedisConfig::lease_timeout`] (keep it above your
+//! slowest fetch, or call [`RedisFrontier::extend`]) and go to the others, and the
+//! concurrency slots they held come back. Completions by one worker do not wake the
+//! others: a worker that found everything blocked looks again after
+//! [`RedisConfig::recheck`] (the drivers do this through
+//! [`poll_timeout`](frontier_core::Scheduling::poll_timeout)).
+//!
+//! ## Several crawls on a Redis Cluster
+//!
+//! A crawl lives in the one hash slot of `{name}`, on one shard: that is what makes every
+//! operation atomic. Several crawls spread over the shards by their names (`CLUSTER
+//! KEYSLOT {name}` tells where one lives): open each crawl against the primary that owns
+//! its slot (this crate connects to one node; it does not follow `MOVED` redirections).
+//! One crawl too big for a shard can be split by host (for example `news-0` … `news-7`,
+//! the host's hash choosing the crawl): politeness stays exact because a host belongs to
+//! one crawl, but scopes shared between hosts of different crawls are then not
+//! coordinated.
+//!
+//! ## Failover and restarts
+//!
+//! Each operation is one atomic script call: a worker never sees half of one. After a
+//! restart or a failover the server may have lost the code (`NOSCRIPT`, "Function not
+//! found"): it is loaded again and the call repeated. A lost connection is an error for
+//! the call in progress and is made again on the next call; a lease taken by a call whose
+//! answer was lost expires and is delivered again. What a failover can lose is what Redis
+//! replication loses: writes acknowledged by the old primary but not yet copied to the
+//! new one (replication is asynchronous; this crate does not issue `WAIT`). Such a lost
+//! push is a lost request, a lost completion a request fetched twice, a lost lease or
+//! send a slot or spacing briefly ignored. Run the server with AOF (`appendfsync
+//! everysec` or `always`) and `min-replicas-to-write` to bound that window.
 //!
 //! ## Errors
 //!
@@ -72,7 +114,21 @@
 //! from the crawl's, and connection failures are [`RedisStoreError`]s inside
 //! [`FrontierError::Store`](frontier_core::FrontierError::Store); a payload that does not
 //! decode is [`FrontierError::Corrupt`](frontier_core::FrontierError::Corrupt) naming its
-//! lease. A lost connection is made again on the next call.
+//! lease (complete it to drop it). Nothing panics on bad data. A script error midway
+//! through an operation (a damaged record found late) leaves the writes made before it:
+//! Redis does not roll scripts back.
+//!
+//! ## What differs from the in-process frontier
+//!
+//! - Leases expire ([`RedisConfig::lease_timeout`]) and are delivered again while the
+//!   crawl runs; a lease id then carries the redelivery count, so the old holder's late
+//!   acknowledgement is refused.
+//! - Scope states are kept until the crawl is deleted: `throttling_scope_limit` and
+//!   `throttling_scope_max_idle` do not evict them (the in-process throttler evicts only
+//!   states with nothing left to remember, so decisions agree while no state it keeps
+//!   learned rates for is evicted).
+//! - Only [`Policy::ThrottlingAware`](frontier_core::Policy) and the exact duplicate
+//!   filter (or none) are offered.
 
 mod error;
 mod frontier;
