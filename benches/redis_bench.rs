@@ -19,7 +19,9 @@
 //!   expiry), and `pop_batch_ops_s` with `poll_batch(64)`; `poll_complete_ops_s`: `poll`
 //!   then `complete` (two calls per request);
 //! - `dupefilter`: `redis_bytes_per_fp` (binary 64-bit fingerprints in a set) and
-//!   `dup_seen_ops_s` (pushes of already-seen URLs, pipelined).
+//!   `dup_seen_ops_s` (pushes of already-seen URLs, pipelined);
+//! - `dupefilter_bloom`: the Bloom filter sized for N at 1%: `redis_bytes_per_fp`,
+//!   `false_positives` among the N distinct URLs.
 #![allow(clippy::print_stdout)]
 
 use std::time::Instant;
@@ -159,6 +161,36 @@ fn main() {
         "{{\"case\": \"dupefilter\", \"n\": {n}, \"redis_bytes_per_fp\": {:.1}}}",
         fp_usage as f64 / n as f64
     );
+
+    // ------------------------------------------------- Bloom filter at 1%
+    {
+        let config = RedisConfig {
+            frontier: FrontierConfig {
+                dupefilter: DupeFilterConfig::Bloom {
+                    capacity: n as u64,
+                    false_positive_rate: 0.01,
+                },
+                ..FrontierConfig::default()
+            },
+            ..RedisConfig::default()
+        };
+        let mut b = RedisFrontier::open(&url, "bloom", settings(), config).unwrap();
+        let t0 = Instant::now();
+        let mut dropped = 0;
+        for chunk in reqs.chunks(10_000) {
+            let out = b.push_all(chunk, now).unwrap();
+            dropped += out.iter().filter(|o| **o == PushOutcome::Duplicate).count();
+        }
+        let bloom_s = t0.elapsed().as_secs_f64();
+        let bytes = key_usage(&mut c, "{bloom}:bf:*");
+        println!(
+            "{{\"case\": \"dupefilter_bloom\", \"n\": {n}, \"redis_bytes_per_fp\": {:.2}, \"false_positives\": {dropped}, \"push_ops_s\": {:.1}}}",
+            bytes as f64 / n as f64,
+            n as f64 / bloom_s
+        );
+        let keys: Vec<String> = redis::cmd("KEYS").arg("{bloom}:*").query(&mut c).unwrap();
+        let _: () = redis::cmd("DEL").arg(keys).query(&mut c).unwrap();
+    }
 
     // ----------------------------------------------------------- duplicates
     let dups = &reqs[..n.min(50_000)];

@@ -1236,6 +1236,29 @@ OPS.callback_name = function(args) return call('HGET', P .. 'cbi', args[1]) end
 -- push N, then per request: KEY KINDS FP PRIORITY START DELAY_NS DEPTH BODY
 -- (KINDS: one digit per scope; FP: 8 bytes or ""; DELAY_NS: "" or nanoseconds).
 -- Returns per request: seq (queued) or -1 (duplicate).
+-- Marks a fingerprint seen; false if it was already. FP is 8 bytes (the exact set) or
+-- 'B' and the Bloom filter's bit positions, 5 bytes each (strings of 2^30 bits).
+local BLOOM_CHUNK = 1073741824
+local function mark_seen(fp)
+  if sbyte(fp, 1) ~= 66 or #fp % 5 ~= 1 then
+    return call('SADD', P .. 'df', fp) == 1
+  end
+  local pos = {}
+  local all = true
+  for i = 2, #fp, 5 do
+    local p = sunpack('>I5', fp, i)
+    pos[#pos + 1] = p
+    if all and call('GETBIT', P .. 'bf:' .. floor(p / BLOOM_CHUNK), p % BLOOM_CHUNK) == 0 then
+      all = false
+    end
+  end
+  if all then return false end
+  for _, p in ipairs(pos) do
+    call('SETBIT', P .. 'bf:' .. floor(p / BLOOM_CHUNK), p % BLOOM_CHUNK, 1)
+  end
+  return true
+end
+
 OPS.push = function(args)
   local n = tonumber(args[1])
   local out = {}
@@ -1245,7 +1268,7 @@ OPS.push = function(args)
     local priority, start = tonumber(args[i + 3]), args[i + 4] == '1'
     local delay, depth, body = args[i + 5], tonumber(args[i + 6]), args[i + 7]
     i = i + 8
-    if fp ~= '' and call('SADD', P .. 'df', fp) == 0 then
+    if fp ~= '' and not mark_seen(fp) then
       stat('filtered', 1)
       out[r] = -1
     else

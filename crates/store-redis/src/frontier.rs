@@ -134,7 +134,8 @@ pub struct RedisConfig {
     /// How the server-side code is installed.
     pub script: ScriptMode,
     /// Frontier options: `policy` must be [`Policy::ThrottlingAware`]; the duplicate
-    /// filter is exact (binary 64-bit fingerprints in a Redis set) or disabled.
+    /// filter is exact (binary 64-bit fingerprints in a Redis set), a Bloom filter (bits
+    /// in Redis strings, checked and set atomically with the enqueue) or disabled.
     pub frontier: FrontierConfig,
 }
 
@@ -219,7 +220,7 @@ pub struct RedisFrontier {
     codec: Codec,
     callbacks: HashMap<Arc<str>, u32>,
     fingerprinter: Fingerprinter,
-    dedup: bool,
+    dedup: Dedup,
     key: String,
     payload: Vec<u8>,
     in_flight: usize,
@@ -326,13 +327,12 @@ impl RedisFrontier {
             )));
         }
         let dedup = match config.frontier.dupefilter {
-            DupeFilterConfig::Exact => true,
-            DupeFilterConfig::Disabled => false,
-            _ => {
-                return Err(store_err(RedisStoreError::Unsupported(
-                    "a Bloom duplicate filter (use DupeFilterConfig::Exact or Disabled)",
-                )));
-            }
+            DupeFilterConfig::Exact => Dedup::Exact,
+            DupeFilterConfig::Disabled => Dedup::Off,
+            DupeFilterConfig::Bloom {
+                capacity,
+                false_positive_rate,
+            } => bloom_shape(capacity, false_positive_rate)?,
         };
         if crawl.is_empty() || crawl.contains(['{', '}']) {
             return Err(store_err(RedisStoreError::Invalid {
@@ -357,7 +357,12 @@ impl RedisFrontier {
             settings,
         };
         f.install()?;
-        let full = serde_json::to_string(&f.settings).map_err(|e| {
+        // What every worker must agree on: the settings and the duplicate filter's shape.
+        let full = serde_json::to_string(&serde_json::json!({
+            "settings": &f.settings,
+            "dupefilter": f.dedup.describe(),
+        }))
+        .map_err(|e| {
             store_err(RedisStoreError::Invalid {
                 detail: format!("settings do not serialise: {e}"),
             })
@@ -385,6 +390,22 @@ impl RedisFrontier {
             return Err(store_err(RedisStoreError::SettingsMismatch {
                 crawl: f.crawl.clone(),
             }));
+        }
+        if let Dedup::Bloom { bits, .. } = f.dedup {
+            // A small filter is made at its full size at once: grown bit by bit, Redis
+            // would reserve twice its size.
+            let bytes = bits.div_ceil(8);
+            if bytes < 1 << 20 {
+                let key = format!("{}bf:0", f.prefix);
+                let zeros = vec![0u8; bytes as usize];
+                let conn = f.conn()?;
+                redis::cmd("SET")
+                    .arg(&key)
+                    .arg(zeros)
+                    .arg("NX")
+                    .query::<Value>(conn)
+                    .map_err(|e| store_err(RedisStoreError::from_redis("init", e)))?;
+            }
         }
         Ok(f)
     }
@@ -548,14 +569,25 @@ impl RedisFrontier {
                 .map(|(n, _)| kind_digit(n))
                 .collect()
         };
-        let fp = if request.dont_filter || !self.dedup {
+        let fp = if request.dont_filter || self.dedup == Dedup::Off {
             Vec::new()
         } else {
             let fp = self
                 .fingerprinter
                 .fingerprint(request.method.as_str(), &request.url, request.body_bytes())
                 .map_err(|e| FrontierError::InvalidRequest(invalid(request, e.to_string())))?;
-            fp.prefix64().to_be_bytes().to_vec()
+            match self.dedup {
+                Dedup::Bloom { bits, hashes } => {
+                    // 'B', then the bit positions, 5 bytes each.
+                    let mut out = Vec::with_capacity(1 + 5 * hashes as usize);
+                    out.push(b'B');
+                    for pos in bloom_positions(fp.prefix64(), bits, hashes) {
+                        out.extend_from_slice(&pos.to_be_bytes()[3..]);
+                    }
+                    out
+                }
+                _ => fp.prefix64().to_be_bytes().to_vec(),
+            }
         };
         if let Some(cb) = &request.callback {
             let cb = cb.clone();
@@ -1106,6 +1138,66 @@ impl RedisFrontier {
         let args: Vec<Vec<u8>> = args.iter().map(|a| a.clone().into_bytes()).collect();
         self.call(op, false, &args)
     }
+}
+
+/// The crawl's duplicate filter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dedup {
+    Off,
+    /// Binary 64-bit fingerprints in a set.
+    Exact,
+    /// A Bloom filter of `bits` bits with `hashes` hash functions, in Redis strings of
+    /// 2^30 bits each, set atomically by the script.
+    Bloom {
+        bits: u64,
+        hashes: u32,
+    },
+}
+
+impl Dedup {
+    fn describe(self) -> String {
+        match self {
+            Dedup::Off => "off".into(),
+            Dedup::Exact => "exact".into(),
+            Dedup::Bloom { bits, hashes } => format!("bloom:{bits}:{hashes}"),
+        }
+    }
+}
+
+/// The size and number of hashes of frontier-core's Bloom filter for `capacity` URLs at
+/// false-positive rate `p` (same formula, same errors).
+fn bloom_shape(capacity: u64, p: f64) -> Result<Dedup> {
+    let ln2 = std::f64::consts::LN_2;
+    let valid = capacity > 0 && p > 0.0 && p < 1.0;
+    let m = (-(capacity as f64) * p.ln() / (ln2 * ln2) + 0.999_999).max(64.0);
+    if !valid || m > (1u64 << 40) as f64 {
+        // Invalid: let frontier-core say why (it refuses before allocating anything).
+        return match frontier_core::BloomFilter::new(capacity, p) {
+            Err(e) => Err(FrontierError::DupeFilter(e)),
+            Ok(_) => unreachable!("refused above"),
+        };
+    }
+    let m = m as u64;
+    let k = ((m as f64 / capacity as f64) * ln2 + 0.5).clamp(1.0, 30.0) as u32;
+    Ok(Dedup::Bloom { bits: m, hashes: k })
+}
+
+/// The bit positions of a fingerprint (enhanced double hashing from its first 64 bits,
+/// as frontier-core's `BloomFilter`).
+fn bloom_positions(h: u64, m: u64, k: u32) -> impl Iterator<Item = u64> {
+    let mut h1 = h;
+    let mut h2 = {
+        let mut z = h1 ^ 0x9E37_79B9_7F4A_7C15;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        (z ^ (z >> 31)) | 1
+    };
+    (0..u64::from(k)).map(move |i| {
+        let pos = ((u128::from(h1) * u128::from(m)) >> 64) as u64;
+        h1 = h1.wrapping_add(h2);
+        h2 = h2.wrapping_add(i);
+        pos
+    })
 }
 
 fn invalid(request: &Request, reason: String) -> frontier_core::InvalidRequest {

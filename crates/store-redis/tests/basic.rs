@@ -311,3 +311,59 @@ fn server_time_is_shared_and_mapped_to_the_caller() {
     std::thread::sleep(std::time::Duration::from_millis(320).saturating_sub(started.elapsed()));
     assert!(matches!(f.poll(mine).unwrap(), Poll::Ready(_)));
 }
+
+#[test]
+fn bloom_filter_matches_the_in_process_one_false_positives_included() {
+    use frontier_core::{DupeFilterConfig, Frontier, FrontierConfig, VolatileStore};
+    let Some(server) = RedisServer::start_or_skip("bloom") else {
+        return;
+    };
+    // Small on purpose: false positives happen, and must be the same ones.
+    let dupefilter = DupeFilterConfig::Bloom {
+        capacity: 300,
+        false_positive_rate: 0.05,
+    };
+    let frontier = FrontierConfig {
+        dupefilter,
+        ..FrontierConfig::default()
+    };
+    let settings = Settings::default().without_jitter();
+    let mut core = Frontier::open(settings.clone(), frontier.clone(), VolatileStore, t(0)).unwrap();
+    let config = RedisConfig {
+        frontier,
+        ..RedisConfig::default()
+    };
+    let mut f = open(&server, "bloom", settings.clone(), config);
+    let reqs: Vec<Request> = (0..1500)
+        .map(|i| Request::get(format!("https://h{}.example/p/{}", i % 900 % 13, i % 900)))
+        .collect();
+    let a: Vec<PushOutcome> = reqs.iter().map(|r| core.push(r, t(0)).unwrap()).collect();
+    let b = f.push_all(&reqs, t(0)).unwrap();
+    assert_eq!(a, b);
+    let dropped = b.iter().filter(|o| **o == PushOutcome::Duplicate).count();
+    assert!(
+        dropped > 600,
+        "real duplicates and some false positives: {dropped}"
+    );
+    // Another worker with another filter shape is refused.
+    let other = RedisConfig::default();
+    match RedisFrontier::open(&server.url(), "bloom", settings, other) {
+        Err(FrontierError::Store(RedisStoreError::SettingsMismatch { .. })) => {}
+        other => panic!("expected SettingsMismatch, got {other:?}"),
+    }
+    // An impossible shape is the same error as in-process.
+    let bad = RedisConfig {
+        frontier: FrontierConfig {
+            dupefilter: DupeFilterConfig::Bloom {
+                capacity: 0,
+                false_positive_rate: 0.01,
+            },
+            ..FrontierConfig::default()
+        },
+        ..RedisConfig::default()
+    };
+    assert!(matches!(
+        RedisFrontier::open(&server.url(), "bloom2", Settings::default(), bad),
+        Err(FrontierError::DupeFilter(_))
+    ));
+}
