@@ -823,17 +823,24 @@ local function parse_group_key(key)
   return uses
 end
 
--- group_for: the group of `key`, created if needed. `kinds` gives each scope's kind
--- for its default parameters (stored once per scope name in "sk").
-local function group_for(key, kinds)
+-- group_for: the group of `key`, created if needed. Each scope's parameters come from
+-- `kinds` (a kind digit, or 'N' for a scope configured by name), or `pks` (the
+-- parameter keys of the group this one replaces), or the scope's entry in "np".
+local function group_for(key, kinds, pks)
   local gid = tonumber(call('HGET', KGK, key) or '')
   if gid then return gid end
   local uses = parse_group_key(key)
   local sids, amount, pk = {}, 0, {}
   for i, u in ipairs(uses) do
-    if kinds and kinds[i] then call('HSETNX', P .. 'np', u[1], '\0' .. kinds[i]) end
-    local v = call('HGET', P .. 'np', u[1])
-    if v and sbyte(v, 1) == 0 then pk[i] = v else pk[i] = u[1] end
+    if pks and pks[i] then
+      pk[i] = pks[i]
+    elseif kinds and kinds[i] then
+      if kinds[i] == 'N' then pk[i] = u[1] else pk[i] = '\0' .. kinds[i] end
+    else
+      local v = call('HGET', P .. 'np', u[1])
+      if not v then fail('CORRUPT', 'scope ' .. u[1] .. ' has no parameters') end
+      if sbyte(v, 1) == 0 then pk[i] = v else pk[i] = u[1] end
+    end
     sids[i] = intern_scope(u[1])
     amount = amount + u[2]
   end
@@ -1159,9 +1166,9 @@ local function redeliver_expired(now, limit)
     call('ZREM', KLX, seq)
     if rec then
       call('HDEL', KL, seq)
-      local key = G(rec.g).k
+      local key, pk = G(rec.g).k, G(rec.g).pk
       frontier_release(rec, {cancelled = true}, now)
-      local gid = group_for(key, nil)
+      local gid = group_for(key, nil, pk)
       local flags = sbyte(rec.m, 14) % 4 + ((rec.k + 1) % 64) * 4
       insert(gid, tonumber(seq), schar(flags) .. ssub(rec.m, 15), rec.pr, rec.sr, nil, now)
       cadd('enq', 1)
@@ -1234,7 +1241,8 @@ end
 OPS.callback_name = function(args) return call('HGET', P .. 'cbi', args[1]) end
 
 -- push N, then per request: KEY KINDS FP PRIORITY START DELAY_NS DEPTH BODY
--- (KINDS: one digit per scope; FP: 8 bytes or ""; DELAY_NS: "" or nanoseconds).
+-- (KINDS: per scope a kind digit, or N when configured by name; FP: see mark_seen;
+-- DELAY_NS: "" or nanoseconds).
 -- Returns per request: seq (queued) or -1 (duplicate).
 -- Marks a fingerprint seen; false if it was already. FP is 8 bytes (the exact set) or
 -- 'B' and the Bloom filter's bit positions, 5 bytes each (strings of 2^30 bits).
@@ -1381,9 +1389,9 @@ OPS.retry = function(args)
   local rec, seq = lease_of(args[1])
   if not rec then return 0 end
   end_lease(seq)
-  local key = G(rec.g).k
+  local key, pk = G(rec.g).k, G(rec.g).pk
   frontier_release(rec, decode_outcome(args[2], args[3], args[4]), NOW)
-  local gid = group_for(key, nil)
+  local gid = group_for(key, nil, pk)
   local new_seq = cget('seq')
   cset('seq', new_seq + 1)
   local priority = math.min(math.max(rec.pr + tonumber(args[5]), I32_MIN), I32_MAX)

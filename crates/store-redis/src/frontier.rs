@@ -524,8 +524,8 @@ impl RedisFrontier {
         Ok(())
     }
 
-    /// Encodes one request for the `push` operation: its 8 arguments, or why it is not
-    /// pushed.
+    /// Encodes one request for the `push` operation: its 8 arguments (the scopes' kinds:
+    /// a digit, or `N` for a scope configured by name), or why it is not pushed.
     fn encode_push(&mut self, request: &Request) -> Result<Option<[Vec<u8>; 8]>> {
         if self.settings.depth_limit > 0 && request.depth > self.settings.depth_limit {
             return Ok(None);
@@ -566,7 +566,13 @@ impl RedisFrontier {
             parse_group_key(key)
                 .map_err(FrontierError::CorruptGroup)?
                 .iter()
-                .map(|(n, _)| kind_digit(n))
+                .map(|(n, _)| {
+                    if self.settings.scopes.contains_key(*n) {
+                        'N'
+                    } else {
+                        kind_digit(n)
+                    }
+                })
                 .collect()
         };
         let fp = if request.dont_filter || self.dedup == Dedup::Off {
