@@ -654,7 +654,7 @@ local function sched_flush()
   flush_records(KSS, SScache, SSdirty)
 end
 
-local KCAND, KEV, KGK, KSK
+local KCAND, KEV, KGK, KSK, KTI
 
 local function class_of(start)
   if start and settings().start_order ~= 'same' then return 1 end
@@ -800,6 +800,7 @@ local function intern_scope(name)
   SScache[sid] = {n = name, rf = 1, sh = false, ow = -1}
   ssmark(sid)
   call('HSET', KSK, name, sid)
+  call('ZREM', KTI, name)  -- in use again: not idle
   return sid
 end
 
@@ -1036,16 +1037,57 @@ local function collect(gid)
   g.dead = true
   gmark(gid)
   call('RPUSH', P .. 'gfree', gid)
-  for _, sid in ipairs(g.s) do
+  for i, sid in ipairs(g.s) do
     local s = SS(sid)
     s.rf = s.rf - 1
     ssmark(sid)
     if s.rf == 0 then
+      -- No group uses the scope any more: its throttle state waits in "ti" for idle
+      -- eviction, with its parameter key where eviction can find it.
+      local st = tfind(s.n)
+      if st then
+        call('ZADD', KTI, st.lu, s.n)
+        if g.pk and g.pk[i] and sbyte(g.pk[i], 1) == 0 then
+          call('HSETNX', P .. 'np', s.n, g.pk[i])
+        end
+      end
       call('HDEL', KSK, s.n)
       call('DEL', P .. 'pk:' .. sid)
       call('ZREM', KEV, '\0' .. spack('>I4', sid))
       s.dead = true
       call('RPUSH', P .. 'sfree', sid)
+    end
+  end
+end
+
+-- Idle eviction (SPEC 3.9): a scope state that no group uses, idle for
+-- throttling_scope_max_idle, is dropped when nothing about it matters for the future
+-- (nothing in flight, no backoff, no future send time, no quota in use), as the
+-- in-process throttler evicts it; one that still matters is looked at again later.
+-- At most `budget` states are examined per call.
+local function evict_idle(now, budget)
+  local max_idle = settings().max_idle_ns or 0
+  if max_idle <= 0 then return end
+  for _ = 1, budget do
+    local e = call('ZRANGE', KTI, 0, 0, 'WITHSCORES')
+    if #e == 0 then return end
+    local name, lu = e[1], tonumber(e[2])
+    if lu + max_idle > now then return end
+    local st = tfind(name)
+    if not st then
+      call('ZREM', KTI, name)
+    else
+      advance(st, params_of(name), now)
+      if st.a == 0 and st.lv == 0 and st.na <= now and st.hu <= now and st.qc == 0 then
+        call('HDEL', KT, name)
+        Tcache[name] = nil
+        local v = call('HGET', P .. 'np', name)
+        if v and sbyte(v, 1) == 0 then call('HDEL', P .. 'np', name) end
+        call('ZREM', KTI, name)
+        cadd('evicted', 1)
+      else
+        call('ZADD', KTI, now, name)
+      end
     end
   end
 end
@@ -1311,6 +1353,7 @@ OPS.poll = function(args)
   local lease_ns, limit = tonumber(args[1]), tonumber(args[2])
   local max = tonumber(args[3] or '1') or 1
   redeliver_expired(NOW, limit)
+  evict_idle(tclamp(NOW), 2)
   local out = {0}
   local last = {'more'}
   while out[1] < max do
@@ -1569,7 +1612,7 @@ local function reset(prefix)
   P = prefix
   KC, KCFG, KT, KOV = P .. 'c', P .. 'cfg', P .. 't', P .. 'ov'
   KG, KSS = P .. 'G', P .. 'SS'
-  KCAND, KEV, KGK, KSK = P .. 'cand', P .. 'ev', P .. 'gk', P .. 'sid'
+  KCAND, KEV, KGK, KSK, KTI = P .. 'cand', P .. 'ev', P .. 'gk', P .. 'sid', P .. 'ti'
   KL, KLX, KST = P .. 'L', P .. 'lx', P .. 'st'
   C, Cdirty, Cloaded = {}, {}, false
   S = nil

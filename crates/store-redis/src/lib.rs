@@ -55,7 +55,7 @@
 //! | `sid`, `SS`, `pk:<id>` | hash, hash, sorted set | scheduler scopes and the groups parked on them |
 //! | `cand`, `ev` | sorted set | groups that may send; scope timers and delayed requests by time |
 //! | `dr` | hash | requests held by their own delay |
-//! | `t`, `ov` | hash | throttle scope states; live changes and Crawl-delays |
+//! | `t`, `ov`, `ti` | hash, hash, sorted set | throttle scope states; live changes and Crawl-delays; unused states by last use (idle eviction) |
 //! | `L`, `lx` | hash, sorted set | leases; their expiry times |
 //! | `df` | set | binary 64-bit fingerprints seen (exact duplicate filter) |
 //! | `bf:<n>` | string | Bloom filter bits, 2^30 per string (Bloom duplicate filter) |
@@ -125,10 +125,11 @@
 //! - Leases expire ([`RedisConfig::lease_timeout`]) and are delivered again while the
 //!   crawl runs; a lease id then carries the redelivery count, so the old holder's late
 //!   acknowledgement is refused.
-//! - Scope states are kept until the crawl is deleted: `throttling_scope_limit` and
-//!   `throttling_scope_max_idle` do not evict them (the in-process throttler evicts only
-//!   states with nothing left to remember, so decisions agree while no state it keeps
-//!   learned rates for is evicted).
+//! - Scope states no group uses any more are evicted after `throttling_scope_max_idle`
+//!   when nothing about them matters for the future (as in-process; a few are examined
+//!   per poll, so the moment can differ from the in-process throttler's, which matters
+//!   only for what rampup learned). `throttling_scope_limit` is not enforced: Redis keeps
+//!   every state that is not idle.
 //! - Only [`Policy::ThrottlingAware`](frontier_core::Policy) is offered. The duplicate
 //!   filter is exact (8 bytes per fingerprint in a Redis set, ~56 bytes of Redis memory),
 //!   a Bloom filter with frontier-core's sizing and bit positions (~1.2 bytes per URL at

@@ -144,6 +144,7 @@ pub(crate) fn script_settings(settings: &Settings) -> String {
         },
         "throttling_robotstxt_obey": settings.throttling_robotstxt_obey,
         "throttling_robotstxt_max_delay": settings.throttling_robotstxt_max_delay,
+        "max_idle_ns": nanos(settings.throttling_scope_max_idle),
     })
     .to_string()
 }

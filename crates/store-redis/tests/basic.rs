@@ -367,3 +367,49 @@ fn bloom_filter_matches_the_in_process_one_false_positives_included() {
         Err(FrontierError::DupeFilter(_))
     ));
 }
+
+#[test]
+fn idle_scope_states_are_evicted_unless_they_still_matter() {
+    let Some(server) = RedisServer::start_or_skip("idle_eviction") else {
+        return;
+    };
+    let mut settings = Settings::default().without_jitter();
+    settings.throttling_scope_max_idle = 10.0;
+    settings.backoff_window = 60.0;
+    let mut f = open(&server, "idle", settings, RedisConfig::default());
+    for host in ["a.com", "b.com"] {
+        f.push(&Request::get(format!("https://{host}/")), t(0))
+            .unwrap();
+        let Poll::Ready(l) = f.poll(t(0)).unwrap() else {
+            panic!()
+        };
+        // b.com is rate-limited: backing off, its state must be kept.
+        let status = if host == "b.com" { 429 } else { 200 };
+        f.complete(l.id(), &Outcome::status(status), t(1)).unwrap();
+    }
+    assert!(f.scope_stats_raw("a.com").unwrap().is_some());
+    assert_eq!(f.poll(t(5)).unwrap(), Poll::Empty);
+    assert!(
+        f.scope_stats_raw("a.com").unwrap().is_some(),
+        "not idle long enough"
+    );
+    assert_eq!(f.poll(t(12)).unwrap(), Poll::Empty);
+    assert!(
+        f.scope_stats_raw("a.com").unwrap().is_none(),
+        "idle: evicted"
+    );
+    let b = f
+        .scope_stats_raw("b.com")
+        .unwrap()
+        .expect("backing off: kept");
+    assert_eq!(b.level, 1);
+    // Once b.com has recovered (one backoff window) and idled, it goes too.
+    for s in [70, 90] {
+        assert_eq!(f.poll(t(s)).unwrap(), Poll::Empty);
+    }
+    assert!(f.scope_stats_raw("b.com").unwrap().is_none());
+    // A scope used again starts afresh and works as before.
+    f.push(&Request::get("https://a.com/again"), t(90)).unwrap();
+    assert!(matches!(f.poll(t(90)).unwrap(), Poll::Ready(_)));
+    assert_eq!(f.scope_stats_raw("a.com").unwrap().unwrap().sent, 1);
+}
