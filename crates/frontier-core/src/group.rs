@@ -178,10 +178,10 @@ fn host_scope_into(url: &str, out: &mut String) -> Result<(), InvalidRequest> {
         .ok_or_else(|| InvalidRequest::new(url, "the URL has no host"))?;
     out.push_str(host);
     out.make_ascii_lowercase();
-    if let Some(port) = parsed.port() {
-        if Some(port) != default_port(parsed.scheme()) {
-            let _ = write!(out, ":{port}");
-        }
+    if let Some(port) = parsed.port()
+        && Some(port) != default_port(parsed.scheme())
+    {
+        let _ = write!(out, ":{port}");
     }
     Ok(())
 }
