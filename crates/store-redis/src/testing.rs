@@ -35,7 +35,8 @@ pub fn redis_required() -> bool {
 
 fn binary() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os("REDIS_SERVER") {
-        return Some(PathBuf::from(p));
+        let p = PathBuf::from(p);
+        return p.is_file().then_some(p);
     }
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
@@ -68,7 +69,11 @@ impl RedisServer {
                      (apt-get install -y redis-server)"
                 ));
             }
-            eprintln!("SKIP {name}: redis-server not found (set REQUIRE_REDIS=1 to fail instead)");
+            // Straight to the process's stderr: the test harness captures eprintln!.
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIP {name}: redis-server not found (set REQUIRE_REDIS=1 to fail instead)"
+            );
             return Ok(None);
         };
         let mut last_err = String::new();
