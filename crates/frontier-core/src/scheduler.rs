@@ -528,13 +528,27 @@ impl<H> Scheduler<H> {
         }
     }
 
-    /// The best group still parked on `scope`.
-    fn best_parked(&mut self, scope: u32) -> Option<u32> {
+    /// The best group still parked on `scope`. A group sharing a scope with others was
+    /// ranked with the load it had when it parked; its rank is refreshed (lazily, at the
+    /// top of the heap) so that equal-priority groups tie-break on today's load.
+    fn best_parked(&mut self, scope: u32, throttler: &Throttler) -> Option<u32> {
         loop {
             let &(rank, epoch) = self.scopes[scope as usize].parked.peek()?;
-            let g = &self.groups[rank.group() as usize];
+            let group = rank.group();
+            let g = &self.groups[group as usize];
             if g.live && g.epoch == epoch && g.state == GroupState::Parked(scope) {
-                return Some(rank.group());
+                if g.shared {
+                    let load = g.with_uses(|u| throttler.load(u));
+                    self.groups[group as usize].load = load;
+                    let fresh = self.rank(group);
+                    if fresh != rank {
+                        let parked = &mut self.scopes[scope as usize].parked;
+                        parked.pop();
+                        parked.push((fresh, epoch));
+                        continue;
+                    }
+                }
+                return Some(group);
             }
             self.scopes[scope as usize].parked.pop();
             self.parked_len[scope as usize] -= 1;
@@ -547,7 +561,7 @@ impl<H> Scheduler<H> {
         if self.parked_len[scope as usize] == 0 {
             return;
         }
-        let Some(best) = self.best_parked(scope) else {
+        let Some(best) = self.best_parked(scope, throttler) else {
             return;
         };
         let g = &self.groups[best as usize];

@@ -508,7 +508,10 @@ fn retrying_the_only_request_of_a_scope_keeps_it_schedulable() {
     // Another host pushed meanwhile must not inherit the old group's slot.
     push(&mut f, Request::get("https://other.example/"));
     assert_eq!(drain(&mut f, at(3.5)), ["https://other.example/"]);
-    assert!(f.complete(again.id(), &Outcome::status(200), at(4.0)).unwrap());
+    assert!(
+        f.complete(again.id(), &Outcome::status(200), at(4.0))
+            .unwrap()
+    );
     assert!(f.is_empty());
 }
 
@@ -605,4 +608,56 @@ fn slot_aware_policy_prefers_idle_slots_round_robin_by_name() {
         panic!()
     };
     assert_eq!(&*next.request.url, "https://c.com/1");
+}
+
+#[test]
+fn woken_groups_tie_break_on_current_load_then_quota_amount() {
+    // Two groups share `api.example.com` (concurrency 2, delay 0.25 s): searches also
+    // spend 3 `credits`, the status check spends none. At 0.5 s a search completes and
+    // both groups are ready at the same priority and the same api load (1/2): the larger
+    // quota amount goes first (SPEC 4.3). The status group parked while the api was
+    // idle; ranking it with that stale load would send it first.
+    let mut settings = Settings::default().without_jitter();
+    settings.scheduler_order = QueueOrder::Fifo;
+    let settings = settings
+        .with_scope(
+            "api.example.com",
+            ScopeConfig::new().concurrency(2).delay(0.25),
+        )
+        .with_scope("credits", ScopeConfig::new().quota(100.0).concurrency(0));
+    let mut f = frontier(settings);
+    let search = |i: u32| {
+        Request::get(format!("https://api.example.com/s?q={i}"))
+            .scope_amount("api.example.com", 1.0)
+            .scope_amount("credits", 3.0)
+    };
+    for i in 1..=3 {
+        push(&mut f, search(i));
+    }
+    push(
+        &mut f,
+        Request::get("https://api.example.com/status").scope("api.example.com"),
+    );
+    let take = |f: &mut F, t: f64| match f.poll(at(t)).unwrap() {
+        Poll::Ready(l) => l,
+        other => panic!("at {t}: {other:?}"),
+    };
+    let first = take(&mut f, 0.0);
+    assert!(first.request.url.ends_with("q=1"));
+    // A driver polls again at once: everything waits for the api's delay.
+    assert_eq!(f.poll(at(0.0)).unwrap(), Poll::NotUntil(at(0.25)));
+    let second = take(&mut f, 0.25);
+    assert!(second.request.url.ends_with("q=2"));
+    // The api is full: everything parks until a completion.
+    assert_eq!(f.poll(at(0.25)).unwrap(), Poll::Blocked);
+    assert!(
+        f.complete(first.id(), &Outcome::status(200), at(0.5))
+            .unwrap()
+    );
+    let third = take(&mut f, 0.5);
+    assert!(
+        third.request.url.ends_with("q=3"),
+        "got {}",
+        third.request.url
+    );
 }
