@@ -6,7 +6,9 @@
 //!
 //! STORE is `sqlite` or `fs`. Prints one JSON object:
 //! `push_ops_s`, `pop_ops_s`, `disk_bytes_per_req` (all files of the store after the
-//! pushes are durable), `avg_url_len`.
+//! pushes are durable), `avg_url_len`, and `rss_queued_mib`: the process's resident
+//! memory with all N requests queued (frontier, duplicate filter and store included;
+//! the requests are generated in batches of 10,000, so they are not counted).
 #![allow(clippy::print_stdout)]
 
 use std::path::Path;
@@ -31,7 +33,21 @@ fn disk_bytes(dir: &Path) -> u64 {
     total
 }
 
+/// Resident memory of this process in MiB (Linux; 0 elsewhere).
+fn rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<f64>().ok())
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
+
 struct Measured {
+    rss_queued_mib: f64,
     push_ops_s: f64,
     pop_ops_s: f64,
     disk_bytes_per_req: f64,
@@ -69,6 +85,7 @@ where
     f.flush().unwrap_or_else(|e| panic!("{e}"));
     push_time += t0.elapsed().as_secs_f64();
     let disk = disk_bytes(dir);
+    let rss_queued_mib = rss_mib();
     let ok = Outcome::status(200);
     let t0 = Instant::now();
     let mut popped = 0;
@@ -84,6 +101,7 @@ where
         push_ops_s: n as f64 / push_time,
         pop_ops_s: n as f64 / pop_time,
         disk_bytes_per_req: disk as f64 / n as f64,
+        rss_queued_mib,
         avg_url_len: url_bytes as f64 / n as f64,
     }
 }
@@ -126,7 +144,7 @@ fn main() {
         }
     };
     println!(
-        "{{\"store\":\"{kind}\",\"n\":{n},\"hosts\":{hosts},\"avg_url_len\":{:.1},\"push_ops_s\":{:.0},\"pop_ops_s\":{:.0},\"disk_bytes_per_req\":{:.1}}}",
-        m.avg_url_len, m.push_ops_s, m.pop_ops_s, m.disk_bytes_per_req
+        "{{\"store\":\"{kind}\",\"n\":{n},\"hosts\":{hosts},\"avg_url_len\":{:.1},\"push_ops_s\":{:.0},\"pop_ops_s\":{:.0},\"disk_bytes_per_req\":{:.1},\"rss_queued_mib\":{:.0}}}",
+        m.avg_url_len, m.push_ops_s, m.pop_ops_s, m.disk_bytes_per_req, m.rss_queued_mib
     );
 }
