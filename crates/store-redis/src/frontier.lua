@@ -46,6 +46,15 @@ local KC, KCFG
 
 local function fail(code, msg) error({err = 'PF' .. code .. ' ' .. msg}) end
 
+-- struct.unpack that reports a short or damaged value as corrupt data.
+local function field(fmt, v, pos, what)
+  if type(v) ~= 'string' then fail('CORRUPT', what .. ': missing') end
+  local ok, a, b = pcall(struct.unpack, fmt, v, pos or 1)
+  if not ok then fail('CORRUPT', what .. ': too short or damaged') end
+  return a, b
+end
+
+
 -- ------------------------------------------------------------------ packed records
 local function hload(key, field)
   local v = call('HGET', key, field)
@@ -671,11 +680,11 @@ local function order_prefix(priority, class, seq)
   return spack('>I4BI8', I32_MAX - priority, class, sk)
 end
 local function member_bucket(m) -- (priority, class)
-  local p, c = sunpack('>I4B', m)
+  local p, c = field('>I4B', m, 1, 'a queued request')
   return I32_MAX - p, c
 end
 local function member_seq(m, class)
-  local sk = sunpack('>I8', m, 6)
+  local sk = field('>I8', m, 6, 'a queued request')
   if lifo(class) then return 9007199254740991 - sk end
   return sk
 end
@@ -699,7 +708,7 @@ local function rank_member(gid, head)
   if h == nil then h = head_key(gid) elseif h == false then h = nil end
   local prio, class
   if h then
-    prio, class = sunpack('>I4B', h)
+    prio, class = field('>I4B', h, 1, 'a queue head')
     prio = I32_MAX - prio
   else
     prio, class = I32_MIN, 1
@@ -710,7 +719,7 @@ local function rank_member(gid, head)
   local ls = math.min(g.ls, 9223372036854775807)
   return spack('>I4BHHI8I4', I32_MAX - prio, class, scaled, 65535 - amount16, ls, gid)
 end
-local function member_gid(m) return (sunpack('>I4', m, 18)) end
+local function member_gid(m) return (field('>I4', m, 18, 'a ranked group')) end
 local function member_tier(m) return ssub(m, 1, 9) end
 
 local function unlist(gid)
@@ -754,6 +763,7 @@ local function arm(sid, at)
   end
 end
 
+-- The best group still parked on `sid` (and its listing).
 local function best_parked(sid)
   local key = P .. 'pk:' .. sid
   while true do
@@ -762,8 +772,20 @@ local function best_parked(sid)
     local gid = member_gid(m)
     local g = Gcache[gid] or gload(gid)
     if g then gremember(gid, g) end
-    if g and g.st == 'P' and g.ps == sid and g.m == m then return gid, m end
-    call('ZREM', key, m)  -- a stale listing
+    if g and g.st == 'P' and g.ps == sid and g.m == m then
+      -- A group sharing a scope was ranked with the load it had when it parked: refresh
+      -- it (lazily, at the top) so equal-priority groups tie-break on today's load.
+      if not g.sh then return gid, m end
+      g.ld = tload(g.u)
+      gmark(gid)
+      local fresh = rank_member(gid)
+      if fresh == m then return gid, m end
+      call('ZREM', key, m)
+      call('ZADD', key, 0, fresh)
+      g.m = fresh
+    else
+      call('ZREM', key, m)  -- a stale listing
+    end
   end
 end
 
@@ -921,7 +943,7 @@ local function handle_events(now)
     local m = ev[1]
     call('ZREM', KEV, m)
     if sbyte(m, 1) == 0 then
-      local sid = sunpack('>I4', m, 2)
+      local sid = field('>I4', m, 2, KEV .. ' timer')
       local s = SS(sid)
       if s.tm == t then
         s.tm = nil
@@ -929,7 +951,7 @@ local function handle_events(now)
         rearm(sid, now)
       end
     else
-      local seq = sunpack('>I8', m, 2)
+      local seq = field('>I8', m, 2, KEV .. ' delayed request')
       local raw = call('HGET', P .. 'dr', seq)
       if raw then
         call('HDEL', P .. 'dr', seq)
@@ -1365,6 +1387,7 @@ OPS.poll = function(args)
     local gid, m, permit = r[2], r[3], r[4]
     local seq = member_seq(m, r[6])
     local flags = sbyte(m, 14)
+    if not flags then fail('CORRUPT', 'a queued request of group ' .. G(gid).k .. ' is truncated') end
     local start = flags % 2 == 1
     local dt = floor(flags / 2) % 2 == 1
     local exp = NOW + lease_ns

@@ -1119,23 +1119,33 @@ impl RedisFrontier {
         self.timeout
     }
 
-    /// Deletes every key of the crawl (`{name}:*`), by `SCAN` and `UNLINK`.
+    /// Deletes every key of the crawl (`{name}:*`), found with `SCAN` and removed with
+    /// `UNLINK`; returns how many. Workers still running on the crawl will fail (it is no
+    /// longer initialised).
     pub fn destroy(mut self) -> Result<u64> {
         let pattern = format!("{}*", self.prefix);
         let conn = self.conn()?;
-        let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
-            .arg(&pattern)
-            .query(conn)
-            .map_err(|e| store_err(RedisStoreError::from_redis("destroy", e)))?;
+        let err = |e| store_err(RedisStoreError::from_redis("destroy", e));
+        let mut cursor: u64 = 0;
         let mut n = 0;
-        for chunk in keys.chunks(500) {
-            let removed: u64 = redis::cmd("UNLINK")
-                .arg(chunk)
+        loop {
+            let (next, keys): (u64, Vec<Vec<u8>>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(1000)
                 .query(conn)
-                .map_err(|e| store_err(RedisStoreError::from_redis("destroy", e)))?;
-            n += removed;
+                .map_err(err)?;
+            if !keys.is_empty() {
+                let removed: u64 = redis::cmd("UNLINK").arg(keys).query(conn).map_err(err)?;
+                n += removed;
+            }
+            if next == 0 {
+                return Ok(n);
+            }
+            cursor = next;
         }
-        Ok(n)
     }
 
     /// Runs a test hook of the script (exact conversions), for the conformance tests.

@@ -185,6 +185,43 @@ fn damaged_data_gives_typed_errors() {
         other => panic!("expected a corrupt record, got {other:?}"),
     }
 
+    // A queued request cut short.
+    f.push(&Request::get("https://d.com/1"), t(0)).unwrap();
+    let gid: String = redis::cmd("HGET")
+        .arg("{dmg}:gk")
+        .arg("d.com")
+        .query(&mut c)
+        .unwrap();
+    let qk = format!("{{dmg}}:q:{gid}");
+    let _: () = redis::pipe()
+        .cmd("DEL")
+        .arg(&qk)
+        .ignore()
+        .cmd("ZADD")
+        .arg(&qk)
+        .arg(0)
+        .arg(&b"\x7f\xff"[..])
+        .ignore()
+        .query(&mut c)
+        .unwrap();
+    let mut g2 = open(&server, "dmg", settings.clone(), RedisConfig::default());
+    let mut saw_corrupt = false;
+    for _ in 0..3 {
+        match g2.poll(t(0)) {
+            Err(FrontierError::Store(RedisStoreError::Corrupt { detail })) => {
+                assert!(
+                    detail.contains("queue") || detail.contains("group"),
+                    "{detail}"
+                );
+                saw_corrupt = true;
+                break;
+            }
+            Err(e) => panic!("expected a corrupt record, got {e}"),
+            Ok(_) => {}
+        }
+    }
+    assert!(saw_corrupt);
+
     // A key of the wrong type.
     let mut g = open(
         &server,
@@ -412,4 +449,27 @@ fn idle_scope_states_are_evicted_unless_they_still_matter() {
     f.push(&Request::get("https://a.com/again"), t(90)).unwrap();
     assert!(matches!(f.poll(t(90)).unwrap(), Poll::Ready(_)));
     assert_eq!(f.scope_stats_raw("a.com").unwrap().unwrap().sent, 1);
+}
+
+#[test]
+fn destroy_removes_every_key_of_the_crawl_and_only_those() {
+    let Some(server) = RedisServer::start_or_skip("destroy") else {
+        return;
+    };
+    let mut c = conn(&server);
+    let _: () = redis::cmd("SET")
+        .arg("unrelated")
+        .arg("1")
+        .query(&mut c)
+        .unwrap();
+    let mut f = open(&server, "gone", Settings::default(), RedisConfig::default());
+    for i in 0..50 {
+        f.push(&Request::get(format!("https://h{}.com/{i}", i % 7)), t(0))
+            .unwrap();
+    }
+    let _ = f.poll(t(0)).unwrap();
+    let removed = f.destroy().unwrap();
+    assert!(removed > 10, "{removed}");
+    let left: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut c).unwrap();
+    assert_eq!(left, ["unrelated"]);
 }
