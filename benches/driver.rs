@@ -124,75 +124,50 @@ where
 }
 
 fn bench(c: &mut Criterion) {
+    type Run<S> = fn(Frontier<S>) -> Duration;
     let reqs = peer_requests(N, HOSTS);
     let mut group = c.benchmark_group("driver_overhead");
     group.sample_size(10);
+
     group.throughput(Throughput::Elements(N as u64));
-    group.bench_function(BenchmarkId::new("memory", "frontier"), |b| {
-        b.iter_custom(|iters| (0..iters).map(|_| direct(fill(VolatileStore, &reqs))).sum())
-    });
-    group.bench_function(BenchmarkId::new("memory", "tokio_driver"), |b| {
-        b.iter_custom(|iters| (0..iters).map(|_| driven(fill(VolatileStore, &reqs))).sum())
-    });
-    group.bench_function(BenchmarkId::new("memory", "async_std_driver"), |b| {
-        b.iter_custom(|iters| {
-            (0..iters)
-                .map(|_| driven_async_std(fill(VolatileStore, &reqs)))
-                .sum()
-        })
-    });
-    let sqlite = |dir: &tempfile::TempDir| {
-        let options = store_sqlite::SqliteOptions {
-            durability: Durability::default(),
-            ..Default::default()
-        };
-        store_sqlite::SqliteStore::open(dir.path().join("bench.sqlite3"), options).unwrap()
-    };
+    let memory: [(&str, Run<VolatileStore>); 4] = [
+        ("frontier", direct),
+        ("tokio_driver", driven),
+        ("tokio_driver_multi_thread", driven_multi),
+        ("async_std_driver", driven_async_std),
+    ];
+    for (name, run) in memory {
+        group.bench_function(BenchmarkId::new("memory", name), |b| {
+            b.iter_custom(|iters| (0..iters).map(|_| run(fill(VolatileStore, &reqs))).sum())
+        });
+    }
+
     let small = &reqs[..20_000];
     group.throughput(Throughput::Elements(small.len() as u64));
-    group.bench_function(BenchmarkId::new("sqlite", "frontier"), |b| {
-        b.iter_custom(|iters| {
-            (0..iters)
-                .map(|_| {
-                    let dir = tempfile::tempdir().unwrap();
-                    direct(fill(sqlite(&dir), small))
-                })
-                .sum()
-        })
-    });
-    group.bench_function(BenchmarkId::new("sqlite", "tokio_driver"), |b| {
-        b.iter_custom(|iters| {
-            (0..iters)
-                .map(|_| {
-                    let dir = tempfile::tempdir().unwrap();
-                    driven(fill(sqlite(&dir), small))
-                })
-                .sum()
-        })
-    });
-    group.bench_function(BenchmarkId::new("sqlite", "async_std_driver"), |b| {
-        b.iter_custom(|iters| {
-            (0..iters)
-                .map(|_| {
-                    let dir = tempfile::tempdir().unwrap();
-                    driven_async_std(fill(sqlite(&dir), small))
-                })
-                .sum()
-        })
-    });
-    group.bench_function(
-        BenchmarkId::new("sqlite", "tokio_driver_multi_thread"),
-        |b| {
+    let sqlite: [(&str, Run<store_sqlite::SqliteStore>); 4] = [
+        ("frontier", direct),
+        ("tokio_driver", driven),
+        ("tokio_driver_multi_thread", driven_multi),
+        ("async_std_driver", driven_async_std),
+    ];
+    for (name, run) in sqlite {
+        group.bench_function(BenchmarkId::new("sqlite", name), |b| {
             b.iter_custom(|iters| {
                 (0..iters)
                     .map(|_| {
                         let dir = tempfile::tempdir().unwrap();
-                        driven_multi(fill(sqlite(&dir), small))
+                        let options = store_sqlite::SqliteOptions {
+                            durability: Durability::default(),
+                            ..Default::default()
+                        };
+                        let path = dir.path().join("bench.sqlite3");
+                        let store = store_sqlite::SqliteStore::open(path, options).unwrap();
+                        run(fill(store, small))
                     })
                     .sum()
             })
-        },
-    );
+        });
+    }
     group.finish();
 }
 
