@@ -4,7 +4,7 @@
 //!
 //!     cargo run --release -p workspace-benches --bin store-disk -- STORE [N] [HOSTS]
 //!
-//! STORE is `sqlite` or `fs`. Prints one JSON object:
+//! STORE is `sqlite`, `sqlite-indexed` (with `SqliteOptions::group_index`) or `fs`. Prints one JSON object:
 //! `push_ops_s`, `pop_ops_s`, `disk_bytes_per_req` (all files of the store after the
 //! pushes are durable), `avg_url_len`, and `rss_queued_mib`: the process's resident
 //! memory with all N requests queued (frontier, duplicate filter and store included;
@@ -121,9 +121,10 @@ fn main() {
         max_delay: std::time::Duration::from_millis(100),
     };
     let m = match kind.as_str() {
-        "sqlite" => {
+        "sqlite" | "sqlite-indexed" => {
             let options = store_sqlite::SqliteOptions {
                 durability,
+                group_index: kind == "sqlite-indexed",
                 ..Default::default()
             };
             let store = store_sqlite::SqliteStore::open(dir.path().join("crawl.sqlite3"), options)
@@ -139,7 +140,7 @@ fn main() {
             measure(store, dir.path(), n, hosts)
         }
         other => {
-            eprintln!("unknown store {other:?} (sqlite, fs)");
+            eprintln!("unknown store {other:?} (sqlite, sqlite-indexed, fs)");
             std::process::exit(2);
         }
     };

@@ -67,8 +67,9 @@
 //! acknowledged, never lost and never both. The file holds at most about twice the
 //! pending requests (plus `compact_after`).
 //!
-//! Useful queries (`sqlite3 crawl.sqlite3`; there is no index but the primary keys, so
-//! these scan the table, which takes a second or so at a million requests):
+//! Useful queries (`sqlite3 crawl.sqlite3`). By default there is no index but the primary
+//! keys, so these scan the table, which takes a second or so at a million requests; with
+//! [`SqliteOptions::group_index`] the next request of a host is one index seek:
 //!
 //! ```sql
 //! -- Pending requests per host, busiest first.
@@ -131,6 +132,13 @@ pub struct SqliteOptions {
     /// deleting them, if they also outnumber the pending requests (default 4,096).
     /// Smaller values keep the file tighter at the cost of more, smaller deletions.
     pub compact_after: u32,
+    /// Keep the index `requests_by_group (grp, priority DESC, seq)`, which makes "the next
+    /// request of a group by priority then arrival" one index seek for queries by hand
+    /// (default off: the frontier never needs it, it keeps that order in memory, and the
+    /// index makes every push and deletion a random page write: about 3x slower pushes
+    /// and 4x slower pops at a million requests). Opening with `true` creates it, opening
+    /// with `false` drops it.
+    pub group_index: bool,
 }
 
 impl Default for SqliteOptions {
@@ -139,6 +147,7 @@ impl Default for SqliteOptions {
             durability: Durability::default(),
             verify_on_open: false,
             compact_after: 4096,
+            group_index: false,
         }
     }
 }
@@ -300,7 +309,7 @@ impl SqliteStore {
             last_loaded: None,
             json: String::new(),
         };
-        store.prepare(options.verify_on_open)?;
+        store.prepare(options.verify_on_open, options.group_index)?;
         Ok(store)
     }
 
@@ -327,7 +336,7 @@ impl SqliteStore {
         }
     }
 
-    fn prepare(&mut self, verify: bool) -> Result<(), SqliteError> {
+    fn prepare(&mut self, verify: bool, group_index: bool) -> Result<(), SqliteError> {
         let c = &self.conn;
         c.busy_timeout(std::time::Duration::from_millis(200))
             .map_err(self.err("setting the busy timeout"))?;
@@ -380,6 +389,11 @@ impl SqliteStore {
             } else if version == 1 {
                 schema::migrate_from_v1(c)?;
             }
+            c.execute_batch(if group_index {
+                "CREATE INDEX IF NOT EXISTS requests_by_group ON requests (grp, priority DESC, seq)"
+            } else {
+                "DROP INDEX IF EXISTS requests_by_group"
+            })?;
             // Written on every open: a read-only file fails here, not mid-crawl.
             c.pragma_update(None, "user_version", SCHEMA_VERSION)
         })();
@@ -596,25 +610,15 @@ impl SqliteStore {
         let budget = 2 * self.pending as usize + 64;
         let end = pass.seqs.len().min(pass.done + budget);
         {
-            // Requests are mostly acknowledged in about the order they were queued:
-            // runs of consecutive sequence numbers go with one range delete.
-            let mut s = self
-                .conn
-                .prepare_cached("DELETE FROM requests WHERE seq BETWEEN ?1 AND ?2")
-                .map_err(self.err("deleting acknowledged requests"))?;
+            // One statement per commit: the sequence numbers go in as a JSON array.
             let slice = &pass.seqs[pass.done..end];
-            let mut i = 0;
-            while i < slice.len() {
-                let first = slice[i];
-                let mut last = first;
-                while i + 1 < slice.len() && slice[i + 1] == last + 1 {
-                    i += 1;
-                    last = slice[i];
-                }
-                i += 1;
-                s.execute(params![first as i64, last as i64])
-                    .map_err(|e| classify(&self.path, "deleting acknowledged requests", e))?;
-            }
+            seqs::to_json(slice.iter().copied(), &mut self.json);
+            self.conn
+                .prepare_cached(
+                    "DELETE FROM requests WHERE seq IN (SELECT value FROM json_each(?1))",
+                )
+                .and_then(|mut s| s.execute(params![self.json]))
+                .map_err(|e| classify(&self.path, "deleting acknowledged requests", e))?;
             for seq in slice {
                 self.acked.remove(seq);
             }

@@ -487,3 +487,63 @@ fn a_version_1_file_is_migrated() {
         .unwrap();
     assert_eq!(pending, 9);
 }
+
+/// With `group_index`, the documented "next request of a host" query is one index seek
+/// (and the store still passes the conformance suite, below); without it, the index goes.
+#[test]
+fn the_group_index_serves_the_next_request_of_a_host() {
+    let (_dir, path) = temp_db();
+    let with = SqliteOptions {
+        group_index: true,
+        ..SqliteOptions::default()
+    };
+    let plan = |store: &SqliteStore| -> String {
+        let c = store.connection();
+        let mut s = c
+            .prepare(
+                "EXPLAIN QUERY PLAN SELECT seq, priority FROM pending WHERE grp = 'a.com' \
+                 ORDER BY priority DESC, seq LIMIT 1",
+            )
+            .unwrap();
+        let rows = s.query_map([], |r| r.get::<_, String>(3)).unwrap();
+        rows.map(Result::unwrap).collect::<Vec<_>>().join("\n")
+    };
+    let mut store = SqliteStore::open(&path, with).unwrap();
+    store.recover(&mut Replay::default()).unwrap();
+    for seq in 0..3u64 {
+        let meta = EntryMeta {
+            group: GROUPS[seq as usize % 2],
+            priority: seq as i32,
+            start: false,
+            not_before: None,
+        };
+        store.push(seq, &meta, b"p", None).unwrap();
+    }
+    store.flush().unwrap();
+    let p = plan(&store);
+    assert!(p.contains("INDEX requests_by_group (grp=?)"), "{p}");
+    assert!(!p.contains("TEMP B-TREE FOR ORDER BY"), "{p}");
+    let next: i64 = store
+        .connection()
+        .query_row(
+            "SELECT seq FROM pending WHERE grp = 'a.com' ORDER BY priority DESC, seq LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(next, 2);
+    drop(store);
+    let store = open(&path).unwrap();
+    let p = plan(&store);
+    assert!(!p.contains("requests_by_group"), "{p}");
+}
+
+mod with_group_index {
+    frontier_core::store_conformance_tests!(super::Sqlite {
+        options: store_sqlite::SqliteOptions {
+            group_index: true,
+            ..store_sqlite::SqliteOptions::default()
+        },
+        ..super::Sqlite::new(frontier_core::Durability::default())
+    });
+}
