@@ -54,6 +54,7 @@
 //! CREATE TABLE callbacks   (id INTEGER PRIMARY KEY, name TEXT NOT NULL);
 //! CREATE TABLE scope_states(scope TEXT PRIMARY KEY, state TEXT NOT NULL);      -- JSON of throttle_core::ScopeSnapshot
 //! CREATE TABLE meta        (key TEXT PRIMARY KEY, value);                      -- next_seq
+//! CREATE INDEX requests_by_group ON requests (grp, priority DESC, seq);      -- only with SqliteOptions::group_index
 //! CREATE VIEW acked (seq)  AS ...;  -- the acks arrays, one row per sequence number
 //! CREATE VIEW pending      AS ...;  -- requests not acknowledged: seq, grp (the group's key), priority,
 //!                                   --   start, not_before, leased (0/1), payload
