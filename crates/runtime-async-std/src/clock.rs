@@ -22,9 +22,10 @@ use std::pin::{Pin, pin};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Wake, Waker};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use async_io::Timer;
+use runtime_common::{Job, Runtime, panic_message, unix_now};
 use throttle_core::Timestamp;
 
 /// Maps a monotonic clock, real or manual, onto core [`Timestamp`]s.
@@ -192,15 +193,6 @@ impl Clock {
         drop(awaiting);
         out
     }
-}
-
-/// The wall-clock time as a [`Timestamp`] since the Unix epoch, for parsing HTTP-dates
-/// in `Retry-After` headers ([`throttle_core::Outcome::response`]).
-pub fn unix_now() -> Timestamp {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or(Duration::ZERO);
-    Timestamp::ZERO + since
 }
 
 /// A sleep on either timeline.
@@ -537,6 +529,32 @@ impl Drop for BlockingCall {
             for runner in self.manual.runners().iter() {
                 runner.unparker.unpark();
             }
+        }
+    }
+}
+
+impl Runtime for Clock {
+    fn now(&self) -> Timestamp {
+        Clock::now(self)
+    }
+
+    fn sleep_until(&self, t: Timestamp) -> impl Future<Output = ()> + Send + use<> {
+        let clock = *self;
+        async move { clock.sleep_until(t).await }
+    }
+
+    fn sleep(&self, d: Duration) -> impl Future<Output = ()> + Send + use<> {
+        let clock = *self;
+        async move { clock.sleep(d).await }
+    }
+
+    fn unblock(&self, job: Job) -> impl Future<Output = Result<(), String>> + Send + use<> {
+        let clock = *self;
+        async move {
+            clock
+                .unblock_catching(job)
+                .await
+                .map_err(|panic| panic_message(&*panic))
         }
     }
 }

@@ -70,8 +70,8 @@
 mod clock;
 mod driver;
 mod throttle;
-mod turn;
 
-pub use clock::{Clock, ManualClock, unix_now};
-pub use driver::{Driver, DriverError, DriverFor, Leases, LeasesFor};
+pub use clock::{Clock, ManualClock};
+pub use driver::{Driver, DriverFor, Leases, LeasesFor};
+pub use runtime_common::{DriverError, Runtime, unix_now};
 pub use throttle::{Throttle, ThrottlePermit};

@@ -7,8 +7,9 @@
 //! Because it reads `tokio::time::Instant`, a runtime started with paused time
 //! (`#[tokio::test(start_paused = true)]`) runs hours of crawl in milliseconds.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use runtime_common::{Job, Runtime, panic_message, unix_now};
 use throttle_core::Timestamp;
 use tokio::time::Instant;
 
@@ -70,11 +71,41 @@ impl Clock {
     }
 }
 
-/// The wall-clock time as a [`Timestamp`] since the Unix epoch, for parsing HTTP-dates
-/// in `Retry-After` headers ([`throttle_core::Outcome::response`]).
-pub fn unix_now() -> Timestamp {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or(Duration::ZERO);
-    Timestamp::ZERO + since
+impl Runtime for Clock {
+    fn now(&self) -> Timestamp {
+        Clock::now(self)
+    }
+
+    fn sleep_until(&self, t: Timestamp) -> impl Future<Output = ()> + Send + use<> {
+        tokio::time::sleep_until(self.instant(t))
+    }
+
+    fn sleep(&self, d: Duration) -> impl Future<Output = ()> + Send + use<> {
+        tokio::time::sleep(d)
+    }
+
+    /// On the multi-threaded runtime the call runs on this worker thread, which hands
+    /// its other tasks to another worker first ([`block_in_place`](tokio::task::block_in_place):
+    /// no thread handoff per call, where `spawn_blocking` costs two); on the
+    /// current-thread runtime it goes to the blocking pool.
+    fn unblock(&self, job: Job) -> impl Future<Output = Result<(), String>> + Send + use<> {
+        async move {
+            let multi_thread = matches!(
+                tokio::runtime::Handle::try_current().map(|h| h.runtime_flavor()),
+                Ok(tokio::runtime::RuntimeFlavor::MultiThread)
+            );
+            if multi_thread {
+                tokio::task::block_in_place(job);
+                Ok(())
+            } else {
+                tokio::task::spawn_blocking(job).await.map_err(|e| {
+                    if e.is_panic() {
+                        panic_message(&*e.into_panic())
+                    } else {
+                        e.to_string()
+                    }
+                })
+            }
+        }
+    }
 }

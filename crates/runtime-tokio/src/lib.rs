@@ -53,6 +53,7 @@ mod clock;
 mod driver;
 mod throttle;
 
-pub use clock::{Clock, unix_now};
-pub use driver::{Driver, DriverError, DriverFor, Leases, LeasesFor};
+pub use clock::Clock;
+pub use driver::{Driver, DriverFor, Leases, LeasesFor};
+pub use runtime_common::{DriverError, Runtime, unix_now};
 pub use throttle::{Throttle, ThrottlePermit};

@@ -1,0 +1,428 @@
+//! The driver: a frontier shared by many tasks, with store I/O off the executor.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use event_listener::{Event, listener};
+use frontier_core::{FrontierError, Lease, LeaseId, Poll, PushOutcome, Request, Scheduling};
+use throttle_core::{CrawlDelayDecision, Outcome, QuotaReconcile, Timestamp};
+
+use crate::Runtime;
+use crate::turn::Turn;
+
+/// Why a driver operation failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum DriverError<E> {
+    /// The frontier (or its store) failed.
+    Frontier(FrontierError<E>),
+    /// The driver was shut down.
+    Closed,
+    /// A blocking store call panicked or was cancelled.
+    Blocking(String),
+}
+
+impl<E: std::fmt::Display> std::fmt::Display for DriverError<E> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DriverError::Frontier(e) => e.fmt(f),
+            DriverError::Closed => f.write_str("the frontier driver was shut down"),
+            DriverError::Blocking(e) => write!(f, "a store call failed to complete: {e}"),
+        }
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for DriverError<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            DriverError::Frontier(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl<E> From<FrontierError<E>> for DriverError<E> {
+    fn from(e: FrontierError<E>) -> Self {
+        DriverError::Frontier(e)
+    }
+}
+
+struct Inner<B, R> {
+    frontier: Mutex<Option<B>>,
+    /// Notified when anything happens that may let a request go sooner: a push, a
+    /// completion, a retry, a configuration change.
+    changed: Event,
+    /// First come, first served among tasks waiting in `next`.
+    turn: Turn,
+    clock: R,
+}
+
+/// The driver of any [`Scheduling`] frontier `B` (the in-process
+/// [`Frontier`](frontier_core::Frontier), or one shared by many processes, such as
+/// `store-redis`'s) on runtime `R`: cloneable handles for many tasks, [`next`](Self::next)
+/// that sleeps exactly until something can be sent, store I/O off the executor.
+///
+/// A store call runs to completion even if the future awaiting it is dropped, and a push,
+/// completion or retry wakes the tasks waiting in [`next`](Self::next) as soon as it is
+/// done, whether or not its caller still waits. A shared frontier's completions by other
+/// processes wake nobody here: `next` also wakes at the frontier's
+/// [`poll_timeout`](Scheduling::poll_timeout) to look again.
+pub struct DriverFor<B, R> {
+    inner: Arc<Inner<B, R>>,
+}
+
+impl<B, R> Clone for DriverFor<B, R> {
+    fn clone(&self) -> Self {
+        DriverFor {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+impl<B, R> std::fmt::Debug for DriverFor<B, R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Driver").finish_non_exhaustive()
+    }
+}
+
+impl<B, R> DriverFor<B, R>
+where
+    B: Scheduling + Send + 'static,
+    B::StoreError: Send + 'static,
+    R: Runtime,
+{
+    /// Drives `frontier` with `clock` (the clock the frontier was opened with).
+    pub fn new(frontier: B, clock: R) -> Self {
+        DriverFor {
+            inner: Arc::new(Inner {
+                frontier: Mutex::new(Some(frontier)),
+                changed: Event::new(),
+                turn: Turn::default(),
+                clock,
+            }),
+        }
+    }
+
+    /// The current time on the driver's clock.
+    pub fn now(&self) -> Timestamp {
+        self.inner.clock.now()
+    }
+
+    /// The driver's clock.
+    pub fn clock(&self) -> R {
+        self.inner.clock
+    }
+
+    /// Runs `op` on the frontier: on the blocking thread pool for stores whose calls
+    /// block on I/O (so they never stall the executor), inline for in-memory stores.
+    async fn blocking<T, Op>(&self, op: Op) -> Result<T, DriverError<B::StoreError>>
+    where
+        Op: FnOnce(&mut B, Timestamp) -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        self.run(op, false).await
+    }
+
+    /// [`blocking`](Self::blocking) for an `op` that may let a request go sooner: tasks
+    /// waiting in `next` look again. They are told as soon as `op` is done, even if the
+    /// caller stopped waiting for it meanwhile (the call still runs to completion).
+    async fn blocking_change<T, Op>(&self, op: Op) -> Result<T, DriverError<B::StoreError>>
+    where
+        Op: FnOnce(&mut B, Timestamp) -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        self.run(op, true).await
+    }
+
+    async fn run<T, Op>(&self, op: Op, changes: bool) -> Result<T, DriverError<B::StoreError>>
+    where
+        Op: FnOnce(&mut B, Timestamp) -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let inner = self.inner.clone();
+        let run = move || {
+            let now = inner.clock.now();
+            let out = lock(&inner.frontier).as_mut().map(|f| op(f, now));
+            if changes {
+                inner.changed.notify(usize::MAX);
+            }
+            out
+        };
+        let out = if B::BLOCKING {
+            self.unblock(run).await?
+        } else {
+            run()
+        };
+        out.ok_or(DriverError::Closed)
+    }
+
+    /// Runs `f` through [`Runtime::unblock`] as a boxed job, so the runtime's future
+    /// names no closure type (rustc cannot always prove a future `Send` when it does).
+    async fn unblock<T, F>(&self, f: F) -> Result<T, DriverError<B::StoreError>>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let slot = Arc::new(Mutex::new(None));
+        let filled = slot.clone();
+        self.inner
+            .clock
+            .unblock(Box::new(move || *lock(&filled) = Some(f())))
+            .await
+            .map_err(DriverError::Blocking)?;
+        let out = lock(&slot).take();
+        out.ok_or_else(|| DriverError::Blocking("the store call did not run".into()))
+    }
+
+    /// Queues a request.
+    pub async fn push(&self, request: Request) -> Result<PushOutcome, DriverError<B::StoreError>> {
+        let out = self
+            .blocking_change(move |f, now| f.push(&request, now))
+            .await??;
+        Ok(out)
+    }
+
+    /// Queues many requests in one store round trip.
+    pub async fn push_all(
+        &self,
+        requests: Vec<Request>,
+    ) -> Result<Vec<PushOutcome>, DriverError<B::StoreError>> {
+        let out = self
+            .blocking_change(move |f, now| f.push_all(&requests, now))
+            .await??;
+        Ok(out)
+    }
+
+    /// The next request that may be sent now, waiting as long as needed: exactly until
+    /// the next scope or delayed request allows it, or less if a completion frees a scope
+    /// first. `None` when nothing is queued and nothing is in flight. Tasks calling it
+    /// concurrently are served first come, first served.
+    ///
+    /// Cancel safety: dropping the future while it waits loses nothing, but dropping it
+    /// while a poll runs off the executor can leave the lease that poll took in flight
+    /// (holding its scope slots) until the store is reopened, which delivers it again.
+    /// Stop workers between leases, or only when shutting down.
+    pub async fn next(&self) -> Option<Result<Lease, DriverError<B::StoreError>>> {
+        let _turn = self.inner.turn.lock().await;
+        loop {
+            // Listen before looking, so a change made meanwhile is not missed.
+            listener!(self.inner.changed => changed);
+            let polled = self
+                .blocking(|f, now| (f.poll(now), f.in_flight(), f.poll_timeout()))
+                .await;
+            let (poll, in_flight, timeout) = match polled {
+                Ok(p) => p,
+                Err(DriverError::Closed) => return None,
+                Err(e) => return Some(Err(e)),
+            };
+            match poll {
+                Err(e) => return Some(Err(e.into())),
+                Ok(Poll::Ready(lease)) => return Some(Ok(lease)),
+                Ok(Poll::Empty) if in_flight == 0 => return None,
+                Ok(Poll::NotUntil(t)) => {
+                    futures_lite::future::or(self.inner.clock.sleep_until(t), changed).await;
+                }
+                // A completion here notifies; work freed elsewhere (a shared frontier)
+                // is found by looking again at the frontier's next wake-up.
+                Ok(Poll::Blocked | Poll::Empty) => match timeout {
+                    Some(t) => {
+                        futures_lite::future::or(self.inner.clock.sleep_until(t), changed).await;
+                    }
+                    None => changed.await,
+                },
+            }
+        }
+    }
+
+    /// The leases as a stream (see [`next`](Self::next)).
+    pub fn leases(&self) -> LeasesFor<B, R> {
+        LeasesFor {
+            driver: self.clone(),
+            pending: None,
+        }
+    }
+
+    /// Acknowledges a lease with how it ended (feeding backoff). `false` if it was
+    /// already ended.
+    pub async fn complete(
+        &self,
+        lease: LeaseId,
+        outcome: Outcome<'static>,
+    ) -> Result<bool, DriverError<B::StoreError>> {
+        let done = self
+            .blocking_change(move |f, now| f.complete(lease, &outcome, now))
+            .await??;
+        Ok(done)
+    }
+
+    /// Puts a lease back with its priority adjusted (after its outcome fed backoff).
+    pub async fn retry(
+        &self,
+        lease: LeaseId,
+        outcome: Outcome<'static>,
+        priority_adjust: i32,
+    ) -> Result<bool, DriverError<B::StoreError>> {
+        let done = self
+            .blocking_change(move |f, now| f.retry(lease, &outcome, priority_adjust, now))
+            .await??;
+        Ok(done)
+    }
+
+    /// Reports a robots.txt Crawl-delay for a scope.
+    pub async fn handle_crawl_delay(
+        &self,
+        scope: String,
+        secs: f64,
+    ) -> Result<CrawlDelayDecision, DriverError<B::StoreError>> {
+        let out = self
+            .blocking_change(move |f, now| f.handle_crawl_delay(&scope, secs, now))
+            .await??;
+        Ok(out)
+    }
+
+    /// Holds back a scope (a soft block seen in a page).
+    pub async fn delay_scope(
+        &self,
+        scope: String,
+        secs: f64,
+    ) -> Result<(), DriverError<B::StoreError>> {
+        self.blocking_change(move |f, now| f.delay_scope(&scope, secs, now))
+            .await??;
+        Ok(())
+    }
+
+    /// Corrects a scope's quota consumption.
+    pub async fn reconcile_quota(
+        &self,
+        scope: String,
+        how: QuotaReconcile,
+    ) -> Result<(), DriverError<B::StoreError>> {
+        self.blocking_change(move |f, now| f.reconcile_quota(&scope, how, now))
+            .await??;
+        Ok(())
+    }
+
+    /// Runs `read` on the frontier (stats, throttler state, ...), off the executor.
+    pub async fn inspect<T, Op>(&self, read: Op) -> Result<T, DriverError<B::StoreError>>
+    where
+        Op: FnOnce(&B) -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        self.blocking(move |f, _| read(f)).await
+    }
+
+    /// Makes everything durable now.
+    pub async fn flush(&self) -> Result<(), DriverError<B::StoreError>> {
+        self.blocking(|f, _| f.flush()).await??;
+        Ok(())
+    }
+
+    /// Makes every queue change so far durable, without saving scope states (see
+    /// [`Scheduling::commit`]): call it after a completion to bound what a crash repeats
+    /// to the requests in flight.
+    pub async fn commit(&self) -> Result<(), DriverError<B::StoreError>> {
+        self.blocking(|f, _| f.commit()).await??;
+        Ok(())
+    }
+
+    /// Flushes every `every` (on the driver's clock) until the driver is shut down (group
+    /// commit's time bound while the crawl is idle). Spawn it on your executor:
+    /// `tokio::spawn(driver.clone().flush_every(..))`,
+    /// `smol::spawn(driver.clone().flush_every(..)).detach()`.
+    pub async fn flush_every(self, every: Duration) {
+        loop {
+            self.inner.clock.sleep(every).await;
+            if self.flush().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    /// Stops the driver: flushes the store and hands it back (see
+    /// [`Scheduling::close`]). Leases still out are not acknowledged; a frontier reopened
+    /// on the store delivers them again. Other handles get [`DriverError::Closed`], and
+    /// their `next` ends.
+    pub async fn shutdown(&self) -> Result<B::Closed, DriverError<B::StoreError>>
+    where
+        B::Closed: Send + 'static,
+    {
+        let inner = self.inner.clone();
+        let store = self
+            .unblock(move || {
+                let frontier = lock(&inner.frontier).take();
+                let store = frontier.map(Scheduling::close);
+                // Tasks waiting in `next` see the driver closed.
+                inner.changed.notify(usize::MAX);
+                store
+            })
+            .await?
+            .ok_or(DriverError::Closed)??;
+        Ok(store)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic inside a store call must not wedge every other task.
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// What a panic said, for [`DriverError::Blocking`] (a [`Runtime::unblock`] helper).
+pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    let said = panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str));
+    match said {
+        Some(msg) => format!("the store call panicked: {msg}"),
+        None => "the store call panicked".to_owned(),
+    }
+}
+
+type NextFuture<B> = std::pin::Pin<
+    Box<
+        dyn std::future::Future<
+                Output = Option<Result<Lease, DriverError<<B as Scheduling>::StoreError>>>,
+            > + Send,
+    >,
+>;
+
+/// The stream of [`DriverFor::leases`].
+pub struct LeasesFor<B: Scheduling, R> {
+    driver: DriverFor<B, R>,
+    pending: Option<NextFuture<B>>,
+}
+
+impl<B: Scheduling, R> std::fmt::Debug for LeasesFor<B, R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leases")
+            .field("waiting", &self.pending.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<B, R> futures_core::Stream for LeasesFor<B, R>
+where
+    B: Scheduling + Send + 'static,
+    B::StoreError: Send + 'static,
+    R: Runtime,
+{
+    type Item = Result<Lease, DriverError<B::StoreError>>;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        let fut = this.pending.get_or_insert_with(|| {
+            let driver = this.driver.clone();
+            Box::pin(async move { driver.next().await })
+        });
+        match fut.as_mut().poll(cx) {
+            std::task::Poll::Ready(item) => {
+                this.pending = None;
+                std::task::Poll::Ready(item)
+            }
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
+    }
+}
