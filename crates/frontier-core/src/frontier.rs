@@ -686,12 +686,7 @@ impl<S: Store> Frontier<S> {
         secs: f64,
         now: Timestamp,
     ) -> Result<(), FrontierError<S::Error>> {
-        self.throttler
-            .set_scope_delay(scope, secs, now)
-            .map_err(FrontierError::Config)?;
-        self.scheduler
-            .scope_changed(scope, &mut self.throttler, now);
-        Ok(())
+        self.change_scope(scope, now, |t| t.set_scope_delay(scope, secs, now))
     }
 
     /// See [`Throttler::set_scope_concurrency`]; parked requests are looked at again.
@@ -701,12 +696,9 @@ impl<S: Store> Frontier<S> {
         concurrency: u32,
         now: Timestamp,
     ) -> Result<(), FrontierError<S::Error>> {
-        self.throttler
-            .set_scope_concurrency(scope, concurrency, now)
-            .map_err(FrontierError::Config)?;
-        self.scheduler
-            .scope_changed(scope, &mut self.throttler, now);
-        Ok(())
+        self.change_scope(scope, now, |t| {
+            t.set_scope_concurrency(scope, concurrency, now)
+        })
     }
 
     /// See [`Throttler::reconcile_quota`]; parked requests are looked at again.
@@ -716,9 +708,17 @@ impl<S: Store> Frontier<S> {
         how: QuotaReconcile,
         now: Timestamp,
     ) -> Result<(), FrontierError<S::Error>> {
-        self.throttler
-            .reconcile_quota(scope, how, now)
-            .map_err(FrontierError::Config)?;
+        self.change_scope(scope, now, |t| t.reconcile_quota(scope, how, now))
+    }
+
+    /// Applies a live change to `scope` and lets its parked requests look again.
+    fn change_scope(
+        &mut self,
+        scope: &str,
+        now: Timestamp,
+        change: impl FnOnce(&mut Throttler) -> Result<(), ConfigError>,
+    ) -> Result<(), FrontierError<S::Error>> {
+        change(&mut self.throttler).map_err(FrontierError::Config)?;
         self.scheduler
             .scope_changed(scope, &mut self.throttler, now);
         Ok(())
