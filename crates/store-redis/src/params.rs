@@ -1,10 +1,10 @@
 //! What the server-side script needs to know about the settings: each scope's resolved
-//! parameters (throttle-core's `ScopeParams::resolve`, rebuilt from the public settings)
-//! and the few global values it reads.
+//! parameters (throttle-core's `ScopeParams::resolve`) and the few global values it
+//! reads.
 
 use serde_json::{Map, Value, json};
 use throttle_core::{
-    Jitter, QueueOrder, Rampup, ScopeConfig, ScopeKind, Settings, StartOrder, secs_to_duration,
+    Jitter, QueueOrder, ScopeConfig, ScopeKind, ScopeParams, Settings, StartOrder, secs_to_duration,
 };
 
 /// The digit a scope kind is stored as: `0` IP, `1` domain, `2` other.
@@ -23,107 +23,51 @@ fn jitter(j: Jitter) -> Value {
     }
 }
 
-fn nanos(secs: f64) -> u64 {
-    u64::try_from(secs_to_duration(secs).as_nanos()).unwrap_or(u64::MAX)
+fn nanos(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// The parameters of a scope of `kind` with configuration `config`, as JSON for the
-/// script. Mirrors `ScopeParams::resolve` field by field; absent options are left out
-/// (the script reads a missing key as "none").
+/// script: throttle-core's [`ScopeParams::resolve`], field by field; absent options are
+/// left out (the script reads a missing key as "none").
 pub(crate) fn scope_params(settings: &Settings, kind: ScopeKind, config: &ScopeConfig) -> String {
-    let kind_default = match kind {
-        ScopeKind::Ip if settings.concurrent_requests_per_ip > 0 => {
-            settings.concurrent_requests_per_ip
-        }
-        ScopeKind::Ip | ScopeKind::Domain => settings.concurrent_requests_per_domain,
-        ScopeKind::Other => settings.throttling_scope_concurrency,
-    };
-    let min_concurrency = config.min_concurrency.unwrap_or(1);
-    let rampup = match &config.rampup {
-        Rampup::Off => None,
-        Rampup::On(r) => {
-            let target = r.backoff_target.unwrap_or(settings.rampup_backoff_target);
-            Some(json!({
-                "low": target.low,
-                "high": target.high,
-                "factor": r.delay_factor.unwrap_or(0.5),
-                "min_delay": r.min_delay.unwrap_or(0.0),
-            }))
-        }
-    };
-    let concurrency = match (config.concurrency, rampup.is_some()) {
-        (Some(c), _) => c,
-        (None, true) => min_concurrency,
-        (None, false) if kind_default == 0 => 0,
-        (None, false) => kind_default.max(min_concurrency),
-    };
-    let b = config.backoff.clone().unwrap_or_default();
-    let codes: Vec<u16> = b
-        .http_codes
-        .clone()
-        .unwrap_or_else(|| settings.backoff_http_codes.clone())
-        .into_iter()
-        .filter(|&c| c < 640)
-        .collect();
-    let exceptions = b
-        .exceptions
-        .clone()
-        .unwrap_or_else(|| settings.backoff_exceptions.clone());
+    let r = ScopeParams::resolve(settings, kind, config);
     let mut p = Map::new();
-    p.insert("concurrency".into(), json!(concurrency));
-    if let Some(c) = config.concurrency {
+    p.insert("concurrency".into(), json!(r.concurrency));
+    if let Some(c) = r.explicit_concurrency {
         p.insert("explicit_concurrency".into(), json!(c));
     }
-    if let Some(d) = config.delay {
+    if let Some(d) = r.explicit_delay {
         p.insert("explicit_delay".into(), json!(d));
     }
-    p.insert("min_concurrency".into(), json!(min_concurrency));
-    p.insert(
-        "max_concurrency".into(),
-        json!(
-            config
-                .max_concurrency
-                .unwrap_or(settings.concurrent_requests)
-        ),
-    );
-    p.insert(
-        "delay".into(),
-        json!(config.delay.unwrap_or(settings.download_delay)),
-    );
-    p.insert(
-        "jitter".into(),
-        jitter(config.jitter.unwrap_or(settings.randomize_download_delay)),
-    );
-    if let Some(q) = config.quota {
+    p.insert("min_concurrency".into(), json!(r.min_concurrency));
+    p.insert("max_concurrency".into(), json!(r.max_concurrency));
+    p.insert("delay".into(), json!(r.delay));
+    p.insert("jitter".into(), jitter(r.jitter));
+    if let Some(q) = r.quota {
         p.insert("quota".into(), json!(q));
     }
-    p.insert(
-        "qw".into(),
-        json!(nanos(config.window.unwrap_or(settings.throttling_window))),
-    );
-    p.insert("bw".into(), json!(nanos(settings.backoff_window)));
-    if let Some(r) = rampup {
-        p.insert("rampup".into(), r);
+    p.insert("qw".into(), json!(nanos(r.quota_window)));
+    p.insert("bw".into(), json!(nanos(r.backoff_window)));
+    if let Some(ramp) = r.rampup {
+        p.insert(
+            "rampup".into(),
+            json!({
+                "low": ramp.target.low,
+                "high": ramp.target.high,
+                "factor": ramp.delay_factor,
+                "min_delay": ramp.min_delay,
+            }),
+        );
     }
-    p.insert("codes".into(), json!(codes));
-    p.insert("exceptions".into(), json!(exceptions));
-    p.insert(
-        "factor".into(),
-        json!(b.delay_factor.unwrap_or(settings.backoff_delay_factor)),
-    );
-    p.insert(
-        "bmin".into(),
-        json!(b.min_delay.unwrap_or(settings.backoff_min_delay)),
-    );
-    p.insert(
-        "bmax".into(),
-        json!(b.max_delay.unwrap_or(settings.backoff_max_delay)),
-    );
-    p.insert(
-        "bjitter".into(),
-        jitter(b.jitter.unwrap_or(settings.backoff_jitter)),
-    );
-    if config.ignore_robots_txt {
+    let b = &r.backoff;
+    p.insert("codes".into(), json!(b.http_codes().collect::<Vec<u16>>()));
+    p.insert("exceptions".into(), json!(b.exceptions()));
+    p.insert("factor".into(), json!(b.factor));
+    p.insert("bmin".into(), json!(b.min_delay));
+    p.insert("bmax".into(), json!(b.max_delay));
+    p.insert("bjitter".into(), jitter(b.jitter));
+    if r.ignore_robots_txt {
         p.insert("ignore_robots_txt".into(), json!(true));
     }
     Value::Object(p).to_string()
@@ -144,7 +88,7 @@ pub(crate) fn script_settings(settings: &Settings) -> String {
         },
         "throttling_robotstxt_obey": settings.throttling_robotstxt_obey,
         "throttling_robotstxt_max_delay": settings.throttling_robotstxt_max_delay,
-        "max_idle_ns": nanos(settings.throttling_scope_max_idle),
+        "max_idle_ns": nanos(secs_to_duration(settings.throttling_scope_max_idle)),
     })
     .to_string()
 }

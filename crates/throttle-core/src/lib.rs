@@ -106,7 +106,7 @@ pub use headers::{
 };
 pub use outcome::Outcome;
 pub use rng::JitterRng;
-pub use scope::{ScopeKind, ScopeSnapshot, ScopeStats};
+pub use scope::{BackoffParams, RampupParams, ScopeKind, ScopeParams, ScopeSnapshot, ScopeStats};
 pub use throttler::{
     CrawlDelayDecision, HeldBackMonitor, MemoryHibernation, NotReady, Permit, QuotaReconcile,
     RequestFlags, ScopeHibernation, ScopeHint, ScopeSettings, ScopeUse, Throttler, ThrottlerStats,

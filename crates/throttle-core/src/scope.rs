@@ -86,16 +86,31 @@ fn port_digits(p: &str) -> bool {
 
 /// Backoff parameters of one scope, with the global settings filled in.
 #[derive(Clone, Debug)]
-pub(crate) struct BackoffParams {
+#[non_exhaustive]
+pub struct BackoffParams {
     codes: [u64; 10],
     exceptions: Box<[Box<str>]>,
-    pub(crate) factor: f64,
-    pub(crate) min_delay: f64,
-    pub(crate) max_delay: f64,
-    pub(crate) jitter: Jitter,
+    /// Delay multiplier per backoff level.
+    pub factor: f64,
+    /// The delay of the first backoff level, in seconds.
+    pub min_delay: f64,
+    /// The highest backoff delay, in seconds.
+    pub max_delay: f64,
+    /// Jitter applied to backoff delays.
+    pub jitter: Jitter,
 }
 
 impl BackoffParams {
+    /// The HTTP statuses that trigger a backoff step, in increasing order.
+    pub fn http_codes(&self) -> impl Iterator<Item = u16> + '_ {
+        (0u16..640).filter(|&c| self.triggers_on_status(c))
+    }
+
+    /// The error kinds that trigger a backoff step.
+    pub fn exceptions(&self) -> &[Box<str>] {
+        &self.exceptions
+    }
+
     pub(crate) fn triggers_on_status(&self, status: u16) -> bool {
         let s = usize::from(status);
         s < 640 && self.codes[s / 64] & (1 << (s % 64)) != 0
@@ -106,35 +121,55 @@ impl BackoffParams {
     }
 }
 
+/// Rampup parameters of one scope, with the defaults filled in.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct RampupParams {
-    pub(crate) target: BackoffTarget,
-    pub(crate) delay_factor: f64,
-    pub(crate) min_delay: f64,
+#[non_exhaustive]
+pub struct RampupParams {
+    /// Backoff triggers per window that hold the rate ([lo, hi]).
+    pub target: BackoffTarget,
+    /// Delay multiplier when the rate goes up.
+    pub delay_factor: f64,
+    /// The lowest delay rampup goes down to, in seconds.
+    pub min_delay: f64,
 }
 
 /// A scope's configuration resolved against the global settings: what a fresh state of
-/// that scope starts from.
+/// that scope starts from. The throttler resolves its scopes this way; code that runs
+/// the same rules elsewhere (store-redis's server-side script) reads them from here.
 #[derive(Clone, Debug)]
-pub(crate) struct ScopeParams {
-    pub(crate) concurrency: u32,
-    pub(crate) explicit_concurrency: Option<u32>,
-    pub(crate) explicit_delay: Option<f64>,
-    pub(crate) min_concurrency: u32,
-    pub(crate) max_concurrency: u32,
-    pub(crate) delay: f64,
-    pub(crate) jitter: Jitter,
-    pub(crate) quota: Option<f64>,
-    pub(crate) quota_window: Duration,
-    pub(crate) backoff_window: Duration,
-    pub(crate) rampup: Option<RampupParams>,
-    pub(crate) backoff: BackoffParams,
-    pub(crate) ignore_robots_txt: bool,
+#[non_exhaustive]
+pub struct ScopeParams {
+    /// The starting concurrency limit (0 = unlimited).
+    pub concurrency: u32,
+    /// The concurrency configured for this scope, if any.
+    pub explicit_concurrency: Option<u32>,
+    /// The delay configured for this scope, if any.
+    pub explicit_delay: Option<f64>,
+    /// The lowest concurrency backoff and rampup go down to.
+    pub min_concurrency: u32,
+    /// The highest concurrency rampup goes up to.
+    pub max_concurrency: u32,
+    /// The base delay between sends, in seconds.
+    pub delay: f64,
+    /// Jitter applied to the delay.
+    pub jitter: Jitter,
+    /// The quota per window, if any.
+    pub quota: Option<f64>,
+    /// The quota window.
+    pub quota_window: Duration,
+    /// The window of backoff recovery and rampup.
+    pub backoff_window: Duration,
+    /// Rampup, if enabled.
+    pub rampup: Option<RampupParams>,
+    /// Backoff.
+    pub backoff: BackoffParams,
+    /// Whether robots.txt Crawl-delay is ignored for this scope.
+    pub ignore_robots_txt: bool,
 }
 
 impl ScopeParams {
     /// Resolves `config` (possibly empty) for a scope of `kind`.
-    pub(crate) fn resolve(settings: &Settings, kind: ScopeKind, config: &ScopeConfig) -> Self {
+    pub fn resolve(settings: &Settings, kind: ScopeKind, config: &ScopeConfig) -> Self {
         let kind_default = match kind {
             ScopeKind::Ip if settings.concurrent_requests_per_ip > 0 => {
                 settings.concurrent_requests_per_ip
