@@ -2,19 +2,10 @@
 //! parser knows it), exits with a failure status, prints nothing on stdout, and never
 //! panics.
 
-use std::process::{Command, Output};
+use std::process::Command;
 
-fn simulate_file(name: &str, text: &str, args: &[&str]) -> Output {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join(name);
-    std::fs::write(&path, text).unwrap();
-    Command::new(env!("CARGO_BIN_EXE_frontier"))
-        .arg("simulate")
-        .args(args)
-        .arg(&path)
-        .output()
-        .unwrap()
-}
+mod common;
+use common::simulate_file;
 
 /// Runs a scenario that must be rejected before anything is printed; returns stderr.
 #[track_caller]

@@ -4,38 +4,15 @@
 //! (`randomize_download_delay = false`, `backoff_jitter = 0`) and the SPEC section 2
 //! defaults hold: backoff factor 2, min delay 1 s, max 300 s, window 60 s.
 
-use std::process::Command;
-
-/// Runs `frontier simulate` on `text` (written to a file ending in `.ext`) and returns
-/// its stdout lines; panics if it fails.
-fn simulate(ext: &str, text: &str) -> Vec<String> {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join(format!("scenario.{ext}"));
-    std::fs::write(&path, text).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_frontier"))
-        .arg("simulate")
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "simulate failed ({}): {}\n{text}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
+mod common;
+use common::{simulate_lines, summary};
 
 fn toml(text: &str) -> Vec<String> {
-    simulate("toml", text)
+    simulate_lines("scenario.toml", text, &[])
 }
 
 fn json(text: &str) -> Vec<String> {
-    simulate("json", text)
+    simulate_lines("scenario.json", text, &[])
 }
 
 /// The event lines (everything but the summary), checked against `expected`.
@@ -46,12 +23,6 @@ fn assert_events(lines: &[String], expected: &[&str]) {
         .map(String::as_str)
         .collect();
     assert_eq!(events, expected, "\nwhole output:\n{}", lines.join("\n"));
-}
-
-/// The `"summary"` object of the last line.
-fn summary(lines: &[String]) -> serde_json::Value {
-    let v: serde_json::Value = serde_json::from_str(lines.last().unwrap()).unwrap();
-    v["summary"].clone()
 }
 
 /// `{"at": T, "send": ID}` and friends, spelled like the command prints them.

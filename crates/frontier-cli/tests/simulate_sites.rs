@@ -5,32 +5,11 @@
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-fn run(text: &str, args: &[&str]) -> Vec<String> {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("sites.toml");
-    std::fs::write(&path, text).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_frontier"))
-        .arg("simulate")
-        .args(args)
-        .arg(&path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
+mod common;
+use common::{simulate_lines, summary};
 
-fn summary(lines: &[String]) -> serde_json::Value {
-    let v: serde_json::Value = serde_json::from_str(lines.last().unwrap()).unwrap();
-    v["summary"].clone()
+fn run(text: &str, args: &[&str]) -> Vec<String> {
+    simulate_lines("sites.toml", text, args)
 }
 
 const NO_JITTER: &str = "randomize_download_delay = false\nbackoff_jitter = 0\n";
