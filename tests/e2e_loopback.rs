@@ -16,6 +16,7 @@ use frontier_core::{Frontier, FrontierConfig, Request};
 use runtime_tokio::{Clock, Driver};
 use store_sqlite::{SqliteOptions, SqliteStore};
 use throttle_core::{Outcome, RampupConfig, ScopeConfig, Settings};
+use workspace_tests::{host_name, links};
 
 /// Hosts, pages per host, and the server's rule: the smallest spacing between two
 /// arrivals it accepts, or at most N requests in any second.
@@ -57,14 +58,7 @@ struct Server {
 }
 
 async fn page(State(server): State<Server>, headers: HeaderMap, Path(n): Path<u32>) -> Response {
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("")
-        .split(':')
-        .next()
-        .unwrap_or("")
-        .to_string();
+    let host = host_name(headers.get(header::HOST).and_then(|h| h.to_str().ok()));
     let Some(&(_, pages, limit)) = HOSTS.iter().find(|(h, ..)| *h == host) else {
         return StatusCode::NOT_FOUND.into_response();
     };
@@ -113,14 +107,6 @@ async fn page(State(server): State<Server>, headers: HeaderMap, Path(n): Path<u3
         format!("<html><body>{links}</body></html>"),
     )
         .into_response()
-}
-
-fn links(body: &str) -> Vec<String> {
-    body.split("href=\"")
-        .skip(1)
-        .filter_map(|rest| rest.split('"').next())
-        .map(str::to_string)
-        .collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -23,7 +23,9 @@ use frontier_core::Request;
 use store_redis::testing::RedisServer;
 use store_redis::{RedisConfig, RedisFrontier, TimeSource};
 use throttle_core::Timestamp;
-use workspace_tests::{FLEET_CONCURRENCY, FLEET_DELAY, FLEET_SITES, fleet_links, fleet_settings};
+use workspace_tests::{
+    FLEET_CONCURRENCY, FLEET_DELAY, FLEET_SITES, fleet_links, fleet_settings, host_name,
+};
 
 const WORKERS: usize = 4;
 const TASKS_PER_WORKER: usize = 4;
@@ -48,14 +50,7 @@ struct Server {
 }
 
 async fn page(State(server): State<Server>, headers: HeaderMap, Path(n): Path<u32>) -> Response {
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("")
-        .split(':')
-        .next()
-        .unwrap_or("")
-        .to_string();
+    let host = host_name(headers.get(header::HOST).and_then(|h| h.to_str().ok()));
     let Some(&(_, pages)) = FLEET_SITES.iter().find(|(h, _)| *h == host) else {
         return StatusCode::NOT_FOUND.into_response();
     };

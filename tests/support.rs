@@ -129,3 +129,22 @@ pub fn fleet_links(n: u32, pages: u32) -> Vec<u32> {
         .filter(|&l| l < pages)
         .collect()
 }
+
+/// The `href` targets of a page the loopback test servers generate.
+pub fn links(body: &str) -> Vec<String> {
+    body.split("href=\"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .map(str::to_string)
+        .collect()
+}
+
+/// The host name of a `Host` header value, without its port (`""` when absent).
+pub fn host_name(host_header: Option<&str>) -> String {
+    host_header
+        .unwrap_or("")
+        .split(':')
+        .next()
+        .unwrap_or("")
+        .to_string()
+}

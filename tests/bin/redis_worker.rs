@@ -15,20 +15,12 @@ use frontier_core::Request;
 use runtime_tokio::{Clock, DriverFor};
 use store_redis::{RedisConfig, RedisFrontier, TimeSource};
 use throttle_core::Outcome;
-use workspace_tests::{FLEET_SITES, fleet_settings};
+use workspace_tests::{FLEET_SITES, fleet_settings, links};
 
 fn say(tag: &str, url: &str) {
     let mut out = std::io::stdout().lock();
     let _ = writeln!(out, "{tag} {url}");
     let _ = out.flush();
-}
-
-fn links(body: &str) -> Vec<String> {
-    body.split("href=\"")
-        .skip(1)
-        .filter_map(|rest| rest.split('"').next())
-        .map(str::to_string)
-        .collect()
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
