@@ -1,7 +1,8 @@
 //! One behavioural suite, run against every runtime adapter (parity): delays, backoff
 //! after a 429 with Retry-After, recovery, rampup, quotas, per-request delays, early
-//! wake-ups on completion, end of stream, and FIFO fairness of the standalone throttle,
-//! all on virtual time with exact timestamps.
+//! wake-ups on completion, end of stream, FIFO fairness of the standalone throttle, and
+//! a crawl over store-sqlite resumed after shutdown, all on virtual time with exact
+//! timestamps.
 //!
 //! Each adapter module provides `run(|clock| async { .. })`, which runs the future on a
 //! virtual clock starting at zero.
@@ -25,6 +26,88 @@ macro_rules! parity_suite {
 
             fn settings() -> Settings {
                 Settings::default().without_jitter()
+            }
+
+            /// Over a blocking store (store-sqlite): calls run off the executor, virtual
+            /// time still works, and a shut-down driver hands the store back to resume from.
+            #[test]
+            fn a_sqlite_backed_crawl_resumes_after_shutdown() {
+                $run(|clock| async move {
+                    use frontier_core::FrontierConfig;
+                    use store_sqlite::{SqliteOptions, SqliteStore};
+                    use $adapter::DriverError;
+
+                    let dir = tempfile::tempdir().unwrap();
+                    let path = dir.path().join("crawl.sqlite3");
+                    let settings = Settings::default()
+                        .without_jitter()
+                        .with_scope("a.com", ScopeConfig::new().delay(2.0));
+                    let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+                    let frontier = Frontier::open(
+                        settings.clone(),
+                        FrontierConfig::default(),
+                        store,
+                        clock.now(),
+                    )
+                    .unwrap();
+                    let driver = Driver::new(frontier, clock);
+                    for i in 0..5 {
+                        driver
+                            .push(Request::get(format!("https://a.com/{i}")))
+                            .await
+                            .unwrap();
+                    }
+                    let mut times = vec![];
+                    for _ in 0..3 {
+                        let lease = driver.next().await.unwrap().unwrap();
+                        times.push(driver.now());
+                        driver
+                            .complete(lease.id(), Outcome::status(200))
+                            .await
+                            .unwrap();
+                    }
+                    assert_eq!(
+                        times,
+                        [
+                            Timestamp::ZERO,
+                            Timestamp::from_secs(2),
+                            Timestamp::from_secs(4)
+                        ]
+                    );
+                    // One more out when we stop: it comes back.
+                    let out = driver.next().await.unwrap().unwrap();
+                    let other = driver.clone();
+                    let store = driver.shutdown().await.unwrap();
+                    assert!(matches!(
+                        other.push(Request::get("https://a.com/x")).await,
+                        Err(DriverError::Closed)
+                    ));
+                    assert!(other.next().await.is_none());
+                    drop(store);
+
+                    let store = SqliteStore::open(&path, SqliteOptions::default()).unwrap();
+                    let frontier =
+                        Frontier::open(settings, FrontierConfig::default(), store, clock.now())
+                            .unwrap();
+                    let redelivered = frontier.stats().redelivered;
+                    let driver = Driver::new(frontier, clock);
+                    let mut urls = vec![];
+                    while let Some(lease) = driver.next().await {
+                        let lease = lease.unwrap();
+                        urls.push(lease.request.url.to_string());
+                        driver
+                            .complete(lease.id(), Outcome::status(200))
+                            .await
+                            .unwrap();
+                    }
+                    urls.sort();
+                    assert_eq!(redelivered, 1);
+                    assert!(
+                        urls.contains(&out.request.url.to_string()),
+                        "the lease out at shutdown came back"
+                    );
+                    assert_eq!(urls.len(), 2);
+                });
             }
 
             #[test]
