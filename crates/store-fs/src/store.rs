@@ -525,14 +525,7 @@ impl FsStore {
 
     /// Makes everything durable: the log, then the scope states.
     fn commit(&mut self) -> Result<(), FsError> {
-        self.write_out()?;
-        if self.unsynced {
-            let seg = self.active();
-            seg.file
-                .sync_data()
-                .map_err(|e| FsError::io(&seg.path, None, e))?;
-            self.unsynced = false;
-        }
+        self.commit_log()?;
         if let Some(body) = self.scopes_pending.take() {
             files::write_scopes(&self.dir, &body)?;
         }
