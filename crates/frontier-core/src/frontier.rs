@@ -458,6 +458,9 @@ impl<S: Store> Frontier<S> {
             };
         self.stats.dequeued += 1;
         self.stats.leased += 1;
+        if let Some((seq, handle)) = self.scheduler.upcoming_head() {
+            self.store.prefetch(seq, handle);
+        }
         let decoded = match self.store.load(seq, &handle, &mut self.payload) {
             Err(e) => Err(FrontierError::Store(e)),
             Ok(bytes) => self

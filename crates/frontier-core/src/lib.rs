@@ -58,6 +58,7 @@ extern crate alloc;
 #[cfg(any(feature = "std", test))]
 extern crate std;
 
+mod buckets;
 mod codec;
 #[cfg(feature = "test-suite")]
 pub mod conformance;

@@ -30,6 +30,7 @@ use throttle_core::{
     Timestamp,
 };
 
+use crate::buckets::{BucketKey, Buckets, Entry};
 use crate::group::{InvalidGroupKey, parse_group_key};
 
 /// How the frontier chooses among groups that may send now.
@@ -45,16 +46,6 @@ pub enum Policy {
     /// group.
     SlotAware,
 }
-
-/// A queued request inside a group.
-#[derive(Debug)]
-struct Entry<H> {
-    seq: u64,
-    handle: H,
-}
-
-/// Within a group: highest priority first, then class 0 (others) before class 1 (start).
-type BucketKey = (Reverse<i32>, u8);
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum GroupState {
@@ -72,7 +63,7 @@ struct Group<H> {
     hints: Box<[ScopeHint]>,
     scope_ids: Box<[u32]>,
     amount: f64,
-    buckets: BTreeMap<BucketKey, VecDeque<Entry<H>>>,
+    buckets: Buckets<H>,
     len: usize,
     delayed: usize,
     active: u32,
@@ -177,6 +168,13 @@ impl Tiers {
             }
             _ => queue.push_back(entry),
         }
+    }
+
+    /// The group `n` places behind the best entry of the best tier (`n = 0`: the next
+    /// one [`pop`](Self::pop) returns, if still a candidate by then).
+    fn upcoming(&self, n: usize) -> Option<u32> {
+        let (_, queue) = self.tiers.first_key_value()?;
+        queue.get(n).map(|&(_, group, _)| group)
     }
 
     /// The best entry: (tier, group, epoch).
@@ -344,7 +342,7 @@ impl<H> Scheduler<H> {
             hints: uses.iter().map(|_| ScopeHint::default()).collect(),
             scope_ids,
             amount: uses.iter().map(|(_, a)| *a).sum(),
-            buckets: BTreeMap::new(),
+            buckets: Buckets::default(),
             len: 0,
             delayed: 0,
             active: 0,
@@ -445,14 +443,8 @@ impl<H> Scheduler<H> {
     fn enqueue(&mut self, group: u32, seq: u64, handle: H, priority: i32, class: u8) {
         let old_head = self.head_key(group);
         let g = &mut self.groups[group as usize];
-        let bucket = g.buckets.entry((Reverse(priority), class)).or_default();
-        match bucket.back() {
-            Some(last) if last.seq > seq => {
-                let at = bucket.partition_point(|e| e.seq < seq);
-                bucket.insert(at, Entry { seq, handle });
-            }
-            _ => bucket.push_back(Entry { seq, handle }),
-        }
+        g.buckets
+            .push((Reverse(priority), class), Entry { seq, handle });
         g.len += 1;
         self.queued += 1;
         let head_changed = self.head_key(group) != old_head;
@@ -469,10 +461,7 @@ impl<H> Scheduler<H> {
     }
 
     fn head_key(&self, group: u32) -> Option<BucketKey> {
-        self.groups[group as usize]
-            .buckets
-            .first_key_value()
-            .map(|(k, _)| *k)
+        self.groups[group as usize].buckets.first_key()
     }
 
     fn rank(&self, group: u32) -> Rank {
@@ -603,6 +592,49 @@ impl<H> Scheduler<H> {
         }
     }
 
+    /// Starts loading what the next polls will read, so that it is in the cache by the
+    /// time they get there: the group record three polls ahead, then what the record
+    /// points to (its scopes, hints and head request) two ahead, then the throttler
+    /// states of the next group. Each step reads only what the step before loaded. At
+    /// thousands of groups this turns a chain of cache misses per poll into loads that
+    /// overlap; with few groups everything is in the cache anyway and it costs a few
+    /// instructions.
+    fn prefetch_ahead(&self, throttler: &Throttler) {
+        let Candidates::Ranked(tiers) = &self.candidates else {
+            return;
+        };
+        let groups = &self.groups;
+        if let Some(g) = tiers.upcoming(2).and_then(|g| groups.get(g as usize)) {
+            throttle_core::prefetch(g);
+        }
+        if let Some(g) = tiers.upcoming(1).and_then(|g| groups.get(g as usize)) {
+            if let Some(u) = g.uses.first() {
+                throttle_core::prefetch(u);
+            }
+            if let Some(h) = g.hints.first() {
+                throttle_core::prefetch(h);
+            }
+            let lifo = self.head_lifo(g.buckets.first_key());
+            if let Some(e) = g.buckets.peek(lifo) {
+                throttle_core::prefetch(e);
+            }
+        }
+        if let Some(g) = tiers.upcoming(0).and_then(|g| groups.get(g as usize)) {
+            throttler.prefetch_hinted(&g.hints);
+        }
+    }
+
+    /// The request the next poll will most likely take (its slot was prefetched by the
+    /// poll before), for the store to prefetch its payload.
+    pub(crate) fn upcoming_head(&self) -> Option<(u64, &H)> {
+        let Candidates::Ranked(tiers) = &self.candidates else {
+            return None;
+        };
+        let g = self.groups.get(tiers.upcoming(0)? as usize)?;
+        let e = g.buckets.peek(self.head_lifo(g.buckets.first_key()))?;
+        Some((e.seq, &e.handle))
+    }
+
     /// Pops the best group that is still a candidate.
     fn pop_candidate(&mut self, throttler: &Throttler) -> Option<u32> {
         match &mut self.candidates {
@@ -616,10 +648,7 @@ impl<H> Scheduler<H> {
                 // was ranked: re-rank it lazily.
                 if g.shared {
                     g.load = g.with_uses(|u| throttler.load(u));
-                    let (Reverse(p), c) = g
-                        .buckets
-                        .first_key_value()
-                        .map_or((Reverse(i32::MIN), 1), |(k, _)| *k);
+                    let (Reverse(p), c) = g.buckets.first_key().unwrap_or((Reverse(i32::MIN), 1));
                     let fresh = Rank::new(p, c, g.load, g.amount, g.last_served, group);
                     if fresh.tier() != tier {
                         tiers.push(fresh, g.last_served, epoch);
@@ -664,7 +693,10 @@ impl<H> Scheduler<H> {
                 }
             } else {
                 match self.pop_candidate(throttler) {
-                    Some(g) => g,
+                    Some(g) => {
+                        self.prefetch_ahead(throttler);
+                        g
+                    }
                     None => break,
                 }
             };
@@ -804,17 +836,15 @@ impl<H> Scheduler<H> {
             })
     }
 
-    /// The head bucket of a group and whether it pops from the back.
-    fn head_bucket(&self, group: u32) -> (BucketKey, bool) {
-        let key = self.head_key(group).unwrap_or((Reverse(i32::MIN), 0));
-        (key, self.lifo(key.1))
+    /// Whether a group whose head bucket has `key` pops from the back.
+    fn head_lifo(&self, key: Option<BucketKey>) -> bool {
+        key.is_some_and(|k| self.lifo(k.1))
     }
 
     /// The request a candidate group would hand out next.
     pub(crate) fn peek_head(&self, group: u32) -> (u64, &H) {
-        let (key, lifo) = self.head_bucket(group);
-        let bucket = &self.groups[group as usize].buckets[&key];
-        let e = if lifo { bucket.back() } else { bucket.front() };
+        let buckets = &self.groups[group as usize].buckets;
+        let e = buckets.peek(self.head_lifo(buckets.first_key()));
         let e = e.expect("a group's buckets are never empty");
         (e.seq, &e.handle)
     }
@@ -823,25 +853,9 @@ impl<H> Scheduler<H> {
     fn take_head(&mut self, group: u32) -> (u64, H, i32) {
         self.tick += 1;
         let tick = self.tick;
-        let (order, start_order) = (self.order, self.start_order);
+        let lifo = self.head_lifo(self.head_key(group));
         let g = &mut self.groups[group as usize];
-        let mut head = g.buckets.first_entry().expect("a candidate has requests");
-        let key = *head.key();
-        let lifo = if key.1 == 1 {
-            start_order == StartOrder::Lifo
-        } else {
-            order == QueueOrder::Lifo
-        };
-        let bucket = head.get_mut();
-        let e = if lifo {
-            bucket.pop_back()
-        } else {
-            bucket.pop_front()
-        };
-        let e = e.expect("a group's buckets are never empty");
-        if bucket.is_empty() {
-            head.remove();
-        }
+        let (key, e) = g.buckets.take(lifo).expect("a candidate has requests");
         g.len -= 1;
         g.active += 1;
         g.last_served = tick;
@@ -902,7 +916,7 @@ impl<H> Scheduler<H> {
         let g = &mut self.groups[group as usize];
         g.live = false;
         g.epoch = g.epoch.wrapping_add(1);
-        g.buckets = BTreeMap::new();
+        g.buckets = Buckets::default();
         g.uses = Box::new([]);
         g.hints = Box::new([]);
         let scopes = core::mem::take(&mut g.scope_ids);

@@ -124,6 +124,13 @@ pub trait Store {
         buf: &'a mut Vec<u8>,
     ) -> Result<&'a [u8], Self::Error>;
 
+    /// A hint that request `seq` is likely the next one [`load`](Self::load)ed: a store
+    /// that keeps payloads in memory can start bringing it into the CPU cache. The
+    /// frontier calls it one poll ahead. Default: nothing.
+    fn prefetch(&self, seq: u64, handle: &Self::Handle) {
+        let _ = (seq, handle);
+    }
+
     /// Marks a request as handed out.
     fn lease(&mut self, seq: u64, handle: &Self::Handle) -> Result<(), Self::Error>;
 
@@ -207,6 +214,11 @@ impl Store for VolatileStore {
         _: &'a mut Vec<u8>,
     ) -> Result<&'a [u8], MemoryStoreError> {
         Ok(handle)
+    }
+    fn prefetch(&self, _: u64, handle: &Box<[u8]>) {
+        if let Some(b) = handle.first() {
+            throttle_core::prefetch(b);
+        }
     }
     fn lease(&mut self, _: u64, _: &Box<[u8]>) -> Result<(), MemoryStoreError> {
         Ok(())

@@ -90,6 +90,7 @@ mod config;
 mod headers;
 mod lru;
 mod outcome;
+mod prefetch;
 mod rng;
 mod scope;
 mod throttler;
@@ -105,6 +106,7 @@ pub use headers::{
     parse_x_ratelimit_reset,
 };
 pub use outcome::Outcome;
+pub use prefetch::prefetch;
 pub use rng::JitterRng;
 pub use scope::{BackoffParams, RampupParams, ScopeKind, ScopeParams, ScopeSnapshot, ScopeStats};
 pub use throttler::{

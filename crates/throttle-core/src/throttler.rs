@@ -532,6 +532,17 @@ impl Throttler {
         result
     }
 
+    /// Starts loading the states `hints` point to into the CPU cache, for a caller that
+    /// knows which scopes it will ask about next (a scheduler looking one request
+    /// ahead). Only a hint to the processor: nothing changes, stale hints are ignored.
+    pub fn prefetch_hinted(&self, hints: &[ScopeHint]) {
+        for hint in hints {
+            if let Some(state) = self.slots.get(hint.slot as usize) {
+                crate::prefetch(state);
+            }
+        }
+    }
+
     /// The load of the busiest scope a live permit holds (see [`load`](Self::load)), found
     /// without looking scope names up. 0 for a released or unthrottled permit.
     pub fn permit_load(&self, permit: &Permit) -> f64 {
