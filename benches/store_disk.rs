@@ -4,11 +4,15 @@
 //!
 //!     cargo run --release -p workspace-benches --bin store-disk -- STORE [N] [HOSTS]
 //!
-//! STORE is `sqlite`, `sqlite-indexed` (with `SqliteOptions::group_index`) or `fs`. Prints one JSON object:
+//! STORE is `sqlite`, `sqlite-indexed` (with `SqliteOptions::group_index`), `fs`, or
+//! `fs-pread` (with `FsConfig::mmap_reads` off). Prints one JSON object:
 //! `push_ops_s`, `pop_ops_s`, `disk_bytes_per_req` (all files of the store after the
 //! pushes are durable), `avg_url_len`, and `rss_queued_mib`: the process's resident
 //! memory with all N requests queued (frontier, duplicate filter and store included;
-//! the requests are generated in batches of 10,000, so they are not counted).
+//! the requests are generated in batches of 10,000, so they are not counted),
+//! `rss_peak_mib`: the largest resident memory sampled over the run, and
+//! `rss_anon_peak_mib`: the largest anonymous part of it (leaving out file pages the
+//! store maps, which the kernel can drop at will).
 #![allow(clippy::print_stdout)]
 
 use std::path::Path;
@@ -33,21 +37,43 @@ fn disk_bytes(dir: &Path) -> u64 {
     total
 }
 
-/// Resident memory of this process in MiB (Linux; 0 elsewhere).
-fn rss_mib() -> f64 {
+/// A `/proc/self/status` figure of this process in MiB (Linux; 0 elsewhere).
+fn status_mib(field: &str) -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
+                .find(|l| l.strip_prefix(field).is_some_and(|r| r.starts_with(':')))
                 .and_then(|l| l.split_whitespace().nth(1))
                 .and_then(|kb| kb.parse::<f64>().ok())
         })
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
+/// Resident memory of this process in MiB (Linux; 0 elsewhere).
+fn rss_mib() -> f64 {
+    status_mib("VmRSS")
+}
+
+/// The largest resident set seen so far, and the largest anonymous part of it (what the
+/// process itself allocated, as opposed to file pages it maps, which the kernel can drop
+/// and which a `pread` would have kept in the page cache all the same).
+#[derive(Default)]
+struct Peaks {
+    rss: f64,
+    anon: f64,
+}
+
+impl Peaks {
+    fn sample(&mut self) {
+        self.rss = self.rss.max(rss_mib());
+        self.anon = self.anon.max(status_mib("RssAnon"));
+    }
+}
+
 struct Measured {
     rss_queued_mib: f64,
+    peaks: Peaks,
     push_ops_s: f64,
     pop_ops_s: f64,
     disk_bytes_per_req: f64,
@@ -71,6 +97,7 @@ where
     let mut f = Frontier::open(settings, config, store, now).unwrap_or_else(|e| panic!("{e}"));
     let mut push_time = 0.0;
     let mut url_bytes = 0usize;
+    let mut peaks = Peaks::default();
     for start in (0..n).step_by(10_000) {
         // Building requests is excluded, as in the peer script.
         let reqs = peer_requests_range(start, (start + 10_000).min(n), hosts);
@@ -80,6 +107,7 @@ where
             f.push(r, now).unwrap_or_else(|e| panic!("{e}"));
         }
         push_time += t0.elapsed().as_secs_f64();
+        peaks.sample();
     }
     let t0 = Instant::now();
     f.flush().unwrap_or_else(|e| panic!("{e}"));
@@ -93,11 +121,16 @@ where
         f.complete(lease.id(), &ok, now)
             .unwrap_or_else(|e| panic!("{e}"));
         popped += 1;
+        if popped % 65_536 == 0 {
+            peaks.sample();
+        }
     }
     f.flush().unwrap_or_else(|e| panic!("{e}"));
     let pop_time = t0.elapsed().as_secs_f64();
     assert_eq!(popped, n, "every request popped once");
+    peaks.sample();
     Measured {
+        peaks,
         push_ops_s: n as f64 / push_time,
         pop_ops_s: n as f64 / pop_time,
         disk_bytes_per_req: disk as f64 / n as f64,
@@ -131,21 +164,28 @@ fn main() {
                 .expect("opening the database");
             measure(store, dir.path(), n, hosts)
         }
-        "fs" => {
-            let store = store_fs::FsStore::open(
-                dir.path().join("crawl.fs"),
-                store_fs::FsConfig::with_durability(durability),
-            )
-            .expect("opening the store directory");
+        "fs" | "fs-pread" => {
+            let config = store_fs::FsConfig {
+                mmap_reads: kind == "fs",
+                ..store_fs::FsConfig::with_durability(durability)
+            };
+            let store = store_fs::FsStore::open(dir.path().join("crawl.fs"), config)
+                .expect("opening the store directory");
             measure(store, dir.path(), n, hosts)
         }
         other => {
-            eprintln!("unknown store {other:?} (sqlite, sqlite-indexed, fs)");
+            eprintln!("unknown store {other:?} (sqlite, sqlite-indexed, fs, fs-pread)");
             std::process::exit(2);
         }
     };
     println!(
-        "{{\"store\":\"{kind}\",\"n\":{n},\"hosts\":{hosts},\"avg_url_len\":{:.1},\"push_ops_s\":{:.0},\"pop_ops_s\":{:.0},\"disk_bytes_per_req\":{:.1},\"rss_queued_mib\":{:.0}}}",
-        m.avg_url_len, m.push_ops_s, m.pop_ops_s, m.disk_bytes_per_req, m.rss_queued_mib
+        "{{\"store\":\"{kind}\",\"n\":{n},\"hosts\":{hosts},\"avg_url_len\":{:.1},\"push_ops_s\":{:.0},\"pop_ops_s\":{:.0},\"disk_bytes_per_req\":{:.1},\"rss_queued_mib\":{:.0},\"rss_peak_mib\":{:.0},\"rss_anon_peak_mib\":{:.0}}}",
+        m.avg_url_len,
+        m.push_ops_s,
+        m.pop_ops_s,
+        m.disk_bytes_per_req,
+        m.rss_queued_mib,
+        m.peaks.rss,
+        m.peaks.anon
     );
 }

@@ -41,8 +41,9 @@
 //! The frontier already keeps, per queued request, its sequence number and a store
 //! handle. Here the handle ([`FsHandle`], 8 bytes) is the record's place on disk: a
 //! segment number and a byte offset. So the store needs no map from sequence numbers to
-//! places, and loading a request is one positional read (or a copy from the write
-//! buffer). What the store itself keeps in memory is small:
+//! places, and loading a request is a look into the segment's read-only memory map (or
+//! one positional read with [`FsConfig::mmap_reads`] off, or a copy from the write
+//! buffer for the newest records). What the store itself keeps in memory is small:
 //!
 //! - a bitmap of held sequence numbers with a lease bit each, in 64-number chunks kept
 //!   only while one of their numbers is held: under a byte per queued request, since the
@@ -146,7 +147,8 @@
 //! `std::fs::File::try_lock`; a second open of the same directory (from another process
 //! or this one) fails with [`FsError::Locked`] while the first is open. The OS releases
 //! the lock when a process dies, so a store can be reopened right after `kill -9`.
-#![forbid(unsafe_code)]
+// One audited exception, `map_sealed` (memory-mapping sealed segments).
+#![deny(unsafe_code)]
 
 mod config;
 mod error;

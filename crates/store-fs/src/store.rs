@@ -1,5 +1,6 @@
 //! The store: segments, the in-memory index, commits, compaction and recovery.
 
+use std::cell::OnceCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufReader};
@@ -9,6 +10,7 @@ use std::time::Instant;
 
 use frontier_core::{Durability, EntryMeta, Fingerprint, RecoveryVisitor, Store};
 use hashbrown::{HashMap, HashSet};
+use memmap2::Mmap;
 use throttle_core::{ScopeSnapshot, Timestamp};
 
 use crate::config::FsConfig;
@@ -88,6 +90,35 @@ struct Segment {
     /// Entry records in the segment, and how many of them are still held.
     entries: u64,
     held: u64,
+    /// The sealed segment's bytes, mapped on its first read (`None` inside: mapping
+    /// failed or is turned off, read with `pread`).
+    map: OnceCell<Option<Mmap>>,
+}
+
+/// Where [`FsStore::read_entry`] found a record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Source {
+    /// Read into the caller's buffer.
+    Caller,
+    /// Still in the write buffer.
+    WriteBuffer,
+    /// In the segment's memory map.
+    Map,
+}
+
+/// Maps a sealed segment read-only (`None` if the system refuses: reads fall back to
+/// `pread`).
+#[allow(unsafe_code)]
+fn map_sealed(seg: &Segment) -> Option<Mmap> {
+    let len = usize::try_from(seg.len).ok().filter(|&l| l > 0)?;
+    // SAFETY: the mapping is only sound while nobody changes the file. A sealed segment
+    // is never written again by this store (appends go to the active segment; the only
+    // truncation, of a torn tail, happens while opening, before any read), the
+    // directory lock keeps other frontier processes out, and the map is dropped with the
+    // segment before compaction deletes its file. What the lock cannot stop (another
+    // program truncating the file, a disk read error) is documented on
+    // `FsConfig::mmap_reads`: a SIGBUS, not memory unsafety visible to safe code.
+    unsafe { memmap2::MmapOptions::new().len(len).map(&seg.file) }.ok()
 }
 
 #[derive(Debug)]
@@ -345,6 +376,7 @@ impl FsStore {
                 len,
                 entries: 0,
                 held: 0,
+                map: OnceCell::new(),
             });
         }
         let mut store = FsStore {
@@ -382,6 +414,18 @@ impl FsStore {
     /// The options the store was opened with.
     pub fn config(&self) -> &FsConfig {
         &self.config
+    }
+
+    /// Bytes of sealed segments currently memory-mapped for reading (see
+    /// [`FsConfig::mmap_reads`]). The pages of them that were read count in the
+    /// process's resident set as file pages: page cache the kernel can drop at will, not
+    /// memory the store allocated.
+    pub fn mapped_bytes(&self) -> u64 {
+        self.segments
+            .iter()
+            .filter_map(|s| s.map.get()?.as_ref())
+            .map(|m| m.len() as u64)
+            .sum()
     }
 
     /// Makes every change so far durable (also what [`Store::flush`] does).
@@ -654,6 +698,7 @@ impl FsStore {
             len: SEGMENT_HEADER_LEN as u64,
             entries: 0,
             held: 0,
+            map: OnceCell::new(),
         });
         self.log_bytes += SEGMENT_HEADER_LEN as u64;
         Ok(())
@@ -791,6 +836,8 @@ impl FsStore {
         self.seen.append(&fps)?;
         drop(reader);
         drop(file);
+        // Unmapped before the file goes (Windows refuses to delete a mapped file).
+        self.segments[0].map = OnceCell::new();
         fs::remove_file(&path).map_err(|e| FsError::io(&path, None, e))?;
         files::sync_dir(&self.dir)?;
         if let Some(seg) = self.segments.pop_front() {
@@ -896,14 +943,24 @@ impl FsStore {
         Ok(handle)
     }
 
+    /// The memory map of a sealed segment, made on first use; `None` for the active
+    /// segment, with `mmap_reads` off, or if mapping failed (then `pread` it is).
+    fn mapped<'s>(&self, seg: &'s Segment) -> Option<&'s Mmap> {
+        if !self.config.mmap_reads || seg.id == self.active().id {
+            return None;
+        }
+        seg.map.get_or_init(|| map_sealed(seg)).as_ref()
+    }
+
     /// Reads the entry record of `seq` at `handle` (already resolved). Returns where its
-    /// payload is: in `buf`, or (for a record not yet written out) in the write buffer.
+    /// payload is: in `buf`, in the write buffer (a record not yet written out), or in
+    /// the segment's memory map.
     fn read_entry(
         &self,
         seq: u64,
         handle: FsHandle,
         buf: &mut Vec<u8>,
-    ) -> Result<(core::ops::Range<usize>, bool), FsError> {
+    ) -> Result<(core::ops::Range<usize>, Source), FsError> {
         let stale = |path: &Path| FsError::StaleHandle {
             path: path.to_path_buf(),
             offset: handle.offset(),
@@ -914,9 +971,19 @@ impl FsStore {
         };
         let off = handle.offset();
         let is_active = seg.id == self.active().id;
-        let (bytes, in_buf): (&[u8], bool) = if is_active && off >= seg.len {
+        let (bytes, source): (&[u8], Source) = if is_active && off >= seg.len {
             let start = (off - seg.len) as usize;
-            (self.buf.get(start..).ok_or_else(|| stale(&seg.path))?, true)
+            (
+                self.buf.get(start..).ok_or_else(|| stale(&seg.path))?,
+                Source::WriteBuffer,
+            )
+        } else if let Some(map) = self.mapped(seg) {
+            let bytes = usize::try_from(off)
+                .ok()
+                .and_then(|off| map.get(off..))
+                .filter(|b| !b.is_empty())
+                .ok_or_else(|| stale(&seg.path))?;
+            (bytes, Source::Map)
         } else {
             let end = seg.len;
             if off >= end {
@@ -935,7 +1002,7 @@ impl FsStore {
                     .map_err(|e| FsError::io(&seg.path, Some(off), e))?;
                 buf.truncate(n + more);
             }
-            (&buf[..], false)
+            (&buf[..], Source::Caller)
         };
         let body = match format::parse_frame(bytes) {
             FrameParse::Record { body, .. } => body,
@@ -947,8 +1014,12 @@ impl FsStore {
         match format::parse_record(&bytes[body.clone()]) {
             Ok(Record::Entry(e)) if e.seq == seq => {
                 let start = body.end - e.payload.len();
-                let base = if in_buf { (off - seg.len) as usize } else { 0 };
-                Ok((base + start..base + body.end, in_buf))
+                let base = match source {
+                    Source::WriteBuffer => (off - seg.len) as usize,
+                    Source::Map => off as usize,
+                    Source::Caller => 0,
+                };
+                Ok((base + start..base + body.end, source))
             }
             Ok(_) => Err(stale(&seg.path)),
             Err(reason) => Err(FsError::corrupt(&seg.path, off, reason)),
@@ -1356,12 +1427,34 @@ impl Store for FsStore {
             return Err(self.unknown(seq));
         }
         let h = self.resolve(seq, *handle)?;
-        let (range, in_buf) = self.read_entry(seq, h, buf)?;
-        Ok(if in_buf {
-            &self.buf[range]
-        } else {
-            &buf[range]
+        let (range, source) = self.read_entry(seq, h, buf)?;
+        Ok(match source {
+            Source::WriteBuffer => &self.buf[range],
+            Source::Caller => &buf[range],
+            Source::Map => {
+                let map = self
+                    .segment(h.segment())
+                    .and_then(|s| s.map.get()?.as_ref());
+                &map.expect("read_entry just read this map")[range]
+            }
         })
+    }
+
+    fn prefetch(&self, seq: u64, handle: &FsHandle) {
+        let Ok(h) = self.resolve(seq, *handle) else {
+            return;
+        };
+        let map = self
+            .segment(h.segment())
+            .and_then(|s| s.map.get()?.as_ref());
+        if let Some(bytes) = map.and_then(|m| m.get(h.offset() as usize..)) {
+            // A record of a typical request spans one or two cache lines.
+            if let Some(line) = bytes.first_chunk::<128>() {
+                throttle_core::prefetch(line);
+            } else if let Some(b) = bytes.first() {
+                throttle_core::prefetch(b);
+            }
+        }
     }
 
     fn lease(&mut self, seq: u64, _handle: &FsHandle) -> Result<(), FsError> {
@@ -1415,13 +1508,21 @@ impl Store for FsStore {
             let h = s.resolve(seq, handle)?;
             let mut copy = std::mem::take(&mut s.copy);
             let r = s.read_entry(seq, h, &mut copy);
-            let result = r.and_then(|(range, in_buf)| {
-                if in_buf {
-                    copy.clear();
-                    copy.extend_from_slice(&s.buf[range]);
-                } else {
-                    copy.drain(..range.start);
-                    copy.truncate(range.end - range.start);
+            let result = r.and_then(|(range, source)| {
+                match source {
+                    Source::WriteBuffer => {
+                        copy.clear();
+                        copy.extend_from_slice(&s.buf[range]);
+                    }
+                    Source::Map => {
+                        let map = s.segment(h.segment()).and_then(|g| g.map.get()?.as_ref());
+                        copy.clear();
+                        copy.extend_from_slice(&map.expect("read_entry just read this map")[range]);
+                    }
+                    Source::Caller => {
+                        copy.drain(..range.start);
+                        copy.truncate(range.end - range.start);
+                    }
                 }
                 s.check_size(copy.len() + meta.group.len())?;
                 let group = s.intern_group(meta.group)?;

@@ -77,3 +77,13 @@ mod small_segments {
         ..FsConfig::default()
     }));
 }
+
+/// The same, reading sealed segments with `pread` instead of a memory map.
+mod small_segments_pread {
+    use super::*;
+    frontier_core::store_conformance_tests!(Fs::new(FsConfig {
+        segment_size: 1024,
+        mmap_reads: false,
+        ..FsConfig::default()
+    }));
+}

@@ -75,10 +75,12 @@ fn config() -> impl Strategy<Value = FsConfig> {
     (
         durability,
         prop_oneof![Just(512u32), Just(2048), Just(32 << 20)],
+        any::<bool>(),
     )
-        .prop_map(|(durability, segment_size)| FsConfig {
+        .prop_map(|(durability, segment_size, mmap_reads)| FsConfig {
             durability,
             segment_size,
+            mmap_reads,
         })
 }
 

@@ -299,28 +299,54 @@ fn a_torn_segment_header_is_removed() {
 
 #[test]
 fn damage_after_opening_is_reported_by_load() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mut s, handles) = filled(dir.path(), FsConfig::default(), 5);
-    let rec = find_entry(dir.path(), 2).unwrap();
-    let mut f = OpenOptions::new().write(true).open(&rec.path).unwrap();
-    use std::os::unix::fs::FileExt;
-    f.write_all_at(b"Z", rec.payload.start as u64).unwrap();
-    f.flush().unwrap();
-    let err = load(&mut s, 2, handles[2]).unwrap_err();
-    assert!(
-        matches!(&err, FsError::Corrupt { path, offset, .. } if *path == rec.path && *offset as usize == rec.offset),
-        "{err}"
-    );
-    assert_eq!(load(&mut s, 3, handles[3]).unwrap(), payload(3));
-    // Asking for a request with another's handle is caught too.
-    assert!(matches!(
-        load(&mut s, 3, handles[4]),
-        Err(FsError::StaleHandle { .. })
-    ));
-    assert!(matches!(
-        load(&mut s, 99, handles[4]),
-        Err(FsError::UnknownSeq { .. })
-    ));
+    // Request 2 in the active segment (read with pread or from the write buffer), then
+    // in a sealed segment read through its memory map, then the same with pread.
+    let small = FsConfig {
+        segment_size: 1024,
+        ..FsConfig::default()
+    };
+    for (config, sealed) in [
+        (FsConfig::default(), false),
+        (small, true),
+        (
+            FsConfig {
+                mmap_reads: false,
+                ..small
+            },
+            true,
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut s, handles) = filled(dir.path(), config, 40);
+        let rec = find_entry(dir.path(), 2).unwrap();
+        assert_eq!(rec.path != last_segment(dir.path()), sealed, "{config:?}");
+        // Read once before the damage, so a map (if any) is already in place.
+        assert_eq!(load(&mut s, 2, handles[2]).unwrap(), payload(2));
+        let mapped = s.mapped_bytes();
+        assert_eq!(
+            mapped > 0,
+            sealed && config.mmap_reads,
+            "{config:?}: {mapped}"
+        );
+        let f = OpenOptions::new().write(true).open(&rec.path).unwrap();
+        use std::os::unix::fs::FileExt;
+        f.write_all_at(b"Z", rec.payload.start as u64).unwrap();
+        let err = load(&mut s, 2, handles[2]).unwrap_err();
+        assert!(
+            matches!(&err, FsError::Corrupt { path, offset, .. } if *path == rec.path && *offset as usize == rec.offset),
+            "{config:?}: {err}"
+        );
+        assert_eq!(load(&mut s, 3, handles[3]).unwrap(), payload(3));
+        // Asking for a request with another's handle is caught too.
+        assert!(matches!(
+            load(&mut s, 3, handles[4]),
+            Err(FsError::StaleHandle { .. })
+        ));
+        assert!(matches!(
+            load(&mut s, 99, handles[4]),
+            Err(FsError::UnknownSeq { .. })
+        ));
+    }
 }
 
 #[test]
