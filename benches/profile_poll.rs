@@ -1,4 +1,10 @@
 //! Profiling helper: push then poll+complete N requests (see `perf record`).
+//!
+//!     profile-poll [N] [HOSTS] [poll]
+//!
+//! With `poll`, leases are kept instead of completed (the `poll_1m` benchmark's shape).
+//! `PROFILE_PAUSE_MS=3000` sleeps between the phases, so `perf record -D 4000` sees only
+//! the polls.
 #![allow(clippy::print_stdout)]
 use frontier_core::{DupeFilterConfig, Frontier, FrontierConfig, Policy, Poll, VolatileStore};
 use throttle_core::{Outcome, Settings, Timestamp};
@@ -13,6 +19,7 @@ fn main() {
         .nth(2)
         .and_then(|a| a.parse().ok())
         .unwrap_or(10_000);
+    let complete = std::env::args().nth(3).as_deref() != Some("poll");
     let reqs = peer_requests(n, hosts);
     let mut s = Settings::default().without_jitter();
     s.concurrent_requests = u32::MAX;
@@ -29,17 +36,30 @@ fn main() {
         f.push(r, Timestamp::ZERO).unwrap();
     }
     let push = t0.elapsed();
+    if let Some(ms) = std::env::var("PROFILE_PAUSE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        // Lets `perf record -D` skip the push phase.
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
     let t0 = std::time::Instant::now();
     let ok = Outcome::status(200);
     let mut k = 0;
+    let mut kept = Vec::with_capacity(if complete { 0 } else { n });
     while let Poll::Ready(l) = f.poll(Timestamp::ZERO).unwrap() {
-        f.complete(l.id(), &ok, Timestamp::ZERO).unwrap();
+        if complete {
+            f.complete(l.id(), &ok, Timestamp::ZERO).unwrap();
+        } else {
+            kept.push(l);
+        }
         k += 1;
     }
     let poll = t0.elapsed();
     println!(
-        "push {:.0}/s poll+complete {:.0}/s ({k})",
+        "push {:.0}/s {} {:.0}/s ({k})",
         n as f64 / push.as_secs_f64(),
+        if complete { "poll+complete" } else { "poll" },
         n as f64 / poll.as_secs_f64()
     );
 }

@@ -307,7 +307,53 @@ struct PermitSlot {
     live: bool,
     counted: bool,
     dont_track: bool,
-    scopes: Vec<u32>,
+    scopes: SlotList,
+}
+
+/// The scope slots a permit holds: up to two inline (a request usually has one scope),
+/// so taking a permit allocates nothing; more spill to a vector kept for reuse.
+#[derive(Debug)]
+enum SlotList {
+    Inline { len: u8, ids: [u32; 2] },
+    Heap(Vec<u32>),
+}
+
+impl Default for SlotList {
+    fn default() -> Self {
+        SlotList::Inline {
+            len: 0,
+            ids: [0; 2],
+        }
+    }
+}
+
+impl SlotList {
+    fn as_slice(&self) -> &[u32] {
+        match self {
+            SlotList::Inline { len, ids } => &ids[..usize::from(*len)],
+            SlotList::Heap(v) => v,
+        }
+    }
+
+    /// Replaces the contents with `ids`.
+    fn set(&mut self, ids: impl ExactSizeIterator<Item = u32>) {
+        if let SlotList::Heap(v) = self {
+            v.clear();
+            v.extend(ids);
+            return;
+        }
+        if ids.len() <= 2 {
+            let mut inline = [0; 2];
+            let mut len = 0;
+            for (slot, id) in inline.iter_mut().zip(ids) {
+                *slot = id;
+                len += 1;
+            }
+            *self = SlotList::Inline { len, ids: inline };
+        } else {
+            *self = SlotList::Heap(ids.collect());
+        }
+    }
 }
 
 /// The politeness engine: decides when a request to a set of scopes may go out.
@@ -547,7 +593,9 @@ impl Throttler {
     /// without looking scope names up. 0 for a released or unthrottled permit.
     pub fn permit_load(&self, permit: &Permit) -> f64 {
         match self.permits.get(permit.slot as usize) {
-            Some(p) if p.live && p.generation == permit.generation => self.load_of_slots(&p.scopes),
+            Some(p) if p.live && p.generation == permit.generation => {
+                self.load_of_slots(p.scopes.as_slice())
+            }
             _ => 0.0,
         }
     }
@@ -600,7 +648,7 @@ impl Throttler {
         let scopes = core::mem::take(&mut slot.scopes);
         let (counted, dont_track) = (slot.counted, slot.dont_track);
         let header = outcome.header_delay();
-        for &i in &scopes {
+        for &i in scopes.as_slice() {
             let state = &mut self.slots[i as usize];
             let p = &self.params[state.params as usize];
             state.advance(p, now);
@@ -618,10 +666,9 @@ impl Throttler {
             self.in_flight -= 1;
             self.waiters.wake_global();
         }
-        let load = self.load_of_slots(&scopes);
-        let slot = &mut self.permits[permit.slot as usize];
-        slot.scopes = scopes;
-        slot.scopes.clear();
+        let load = self.load_of_slots(scopes.as_slice());
+        // Kept (with any vector it holds) for the slot's next permit.
+        self.permits[permit.slot as usize].scopes = scopes;
         self.free_permits.push(permit.slot);
         self.evict_some(now, EVICTION_BUDGET);
         Some(load)
@@ -1231,8 +1278,7 @@ impl Throttler {
         p.live = true;
         p.counted = counted;
         p.dont_track = dont_track;
-        p.scopes.clear();
-        p.scopes.extend(list.iter().map(|&(i, _)| i));
+        p.scopes.set(list.iter().map(|&(i, _)| i));
         Permit {
             slot,
             generation: p.generation,

@@ -1591,3 +1591,29 @@ fn decisions_are_traced() {
         assert!(log.contains(needle), "missing {needle:?} in:\n{log}");
     }
 }
+
+/// Permits hold their scopes inline up to two and in a vector beyond; a permit slot is
+/// reused across both shapes and releases exactly the scopes its permit took.
+#[test]
+fn permits_of_one_to_four_scopes_reuse_slots() {
+    let mut t = new(Settings::default());
+    let names = ["a", "b", "c", "d"];
+    for round in 0..3 {
+        for n in [1, 4, 2, 3, 1] {
+            let uses: Vec<ScopeUse<'_>> = names[..n].iter().map(|s| ScopeUse::new(s)).collect();
+            let now = at(f64::from(round) * 10.0);
+            let p = t.try_acquire(&uses, now).expect("nothing in flight");
+            for (i, name) in names.iter().enumerate() {
+                let active = t.scope_stats(name, now).map_or(0, |s| s.active);
+                assert_eq!(active, u32::from(i < n), "{name} with {n} scopes");
+            }
+            assert!(t.permit_load(&p) > 0.0);
+            assert!(t.release(p, &Outcome::status(200), now));
+            assert!(!t.release(p, &Outcome::status(200), now), "released twice");
+            for name in names {
+                let active = t.scope_stats(name, now).map_or(0, |s| s.active);
+                assert_eq!(active, 0, "{name} after releasing {n} scopes");
+            }
+        }
+    }
+}
