@@ -13,6 +13,8 @@
 //! `rss_peak_mib`: the largest resident memory sampled over the run, and
 //! `rss_anon_peak_mib`: the largest anonymous part of it (leaving out file pages the
 //! store maps, which the kernel can drop at will).
+//!
+//! `STORE_DISK_PAUSE_MS=N` sleeps N ms between the phases (for `perf record -D`).
 #![allow(clippy::print_stdout)]
 
 use std::path::Path;
@@ -114,6 +116,13 @@ where
     push_time += t0.elapsed().as_secs_f64();
     let disk = disk_bytes(dir);
     let rss_queued_mib = rss_mib();
+    if let Some(ms) = std::env::var("STORE_DISK_PAUSE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        // Lets `perf record -D` skip the push phase.
+        std::thread::sleep(std::time::Duration::from_millis(ms));
+    }
     let ok = Outcome::status(200);
     let t0 = Instant::now();
     let mut popped = 0;

@@ -450,7 +450,9 @@ impl SqliteStore {
                 .and_then(|v| Ok(v.as_str()?))
                 .map_err(self.err(op))?;
             let seqs = seqs::from_json(text).map_err(|e| self.corrupt(format!("{op}: {e}")))?;
-            set.extend(seqs);
+            for seq in seqs {
+                set.insert(seq);
+            }
         }
         Ok(set)
     }
@@ -536,8 +538,7 @@ impl SqliteStore {
         if self.live.is_some() && marks > 2 * self.leased.len() as u64 + LEASE_SLACK {
             // Most marks are of leases that ended since: keep the ones still out. (Once
             // recovered, every mark in the table was written by this store.)
-            let mut out: Vec<u64> = self.leased.iter().copied().collect();
-            out.sort_unstable();
+            let out = self.leased.sorted();
             self.conn
                 .execute("DELETE FROM leases", [])
                 .map_err(self.err("rewriting lease marks"))?;
@@ -599,8 +600,7 @@ impl SqliteStore {
                     .conn
                     .query_row("SELECT coalesce(max(id), 0) FROM acks", [], |r| r.get(0))
                     .map_err(self.err("deleting acknowledged requests"))?;
-                let mut seqs: Vec<u64> = self.acked.iter().copied().collect();
-                seqs.sort_unstable();
+                let seqs = self.acked.sorted();
                 Pass {
                     seqs,
                     done: 0,
@@ -935,8 +935,7 @@ impl Store for SqliteStore {
         if acks.len() != self.acked.len() {
             // Some acknowledged rows were deleted before the `acks` rows that list them
             // (a compaction pass cut short): list only those still there.
-            let mut still: Vec<u64> = self.acked.iter().copied().collect();
-            still.sort_unstable();
+            let still = self.acked.sorted();
             self.conn
                 .execute("DELETE FROM acks", [])
                 .map_err(self.err("rewriting acknowledgements"))?;
