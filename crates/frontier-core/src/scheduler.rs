@@ -594,7 +594,7 @@ impl<H> Scheduler<H> {
 
     /// Starts loading what the next polls will read, so that it is in the cache by the
     /// time they get there: the group record three polls ahead, then what the record
-    /// points to (its scopes, hints and head request) two ahead, then the throttler
+    /// points to (its scopes, hints, key and head request) two ahead, then the throttler
     /// states of the next group. Each step reads only what the step before loaded. At
     /// thousands of groups this turns a chain of cache misses per poll into loads that
     /// overlap; with few groups everything is in the cache anyway and it costs a few
@@ -613,6 +613,10 @@ impl<H> Scheduler<H> {
             }
             if let Some(h) = g.hints.first() {
                 throttle_core::prefetch(h);
+            }
+            // The key (the host) goes back into the URL when the request is decoded.
+            if let Some(k) = g.key.as_bytes().first() {
+                throttle_core::prefetch(k);
             }
             let lifo = self.head_lifo(g.buckets.first_key());
             if let Some(e) = g.buckets.peek(lifo) {
