@@ -100,9 +100,14 @@
 //! - With [`Durability::Batched`], the delay bound is checked on each operation (there
 //!   is no background thread): an idle frontier should [`flush`](Store::flush) (the
 //!   runtime adapters do).
-//! - Memory: besides SQLite's page cache (64 MiB at most), the store keeps the sequence
-//!   numbers of leases in flight and of acknowledged requests whose rows are not deleted
-//!   yet (at most about one per pending request).
+//! - Memory: besides SQLite's page cache (2 MiB; the file is read through a memory map
+//!   of up to 1 GiB, whose pages count as the process's file-backed memory), the store
+//!   keeps the sequence numbers of leases in flight and of acknowledged requests whose
+//!   rows are not deleted yet (at most about one per pending request), as bitmaps of 64
+//!   consecutive numbers: a few bits per number.
+//! - The memory map has SQLite's usual trade-off: a disk that fails to read a mapped
+//!   page (or a file truncated by another program) ends the process with `SIGBUS`
+//!   instead of returning an error.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -374,10 +379,12 @@ impl SqliteStore {
         // FULL: a commit is durable when it returns (the WAL is synced on each commit).
         c.pragma_update(None, "synchronous", "FULL")
             .map_err(self.err("setting synchronous"))?;
-        // Payloads are read back in scheduling order, not file order: keep a big page
-        // cache and read through a memory map instead of a syscall per page.
+        // Payloads are read back in scheduling order, not file order: read through a
+        // memory map instead of a syscall per page. With the map, a small page cache
+        // (SQLite's default 2 MiB) is faster than a big one: its lookups stay in the CPU
+        // cache (store-disk sqlite: pop ~310k/s against ~280k/s with 64 MiB).
         c.execute_batch(
-            "PRAGMA cache_size = -65536; PRAGMA mmap_size = 1073741824;
+            "PRAGMA cache_size = -2000; PRAGMA mmap_size = 1073741824;
              PRAGMA temp_store = MEMORY;",
         )
         .map_err(self.err("tuning the page cache"))?;
