@@ -10,7 +10,8 @@
 //! JSON object per case:
 //! - `push_no_dupefilter`: the queue alone (as scrapy-redis's PriorityQueue):
 //!   `push_ops_s` (pipelined batches of 1,000 through one script call each) and
-//!   `redis_bytes_per_req`;
+//!   `redis_bytes_per_req`; then `layout`: `MEMORY USAGE` per kind of key, per queued
+//!   request and per host (where the bytes go);
 //! - `push`: the same with the duplicate filter: `push_ops_s`, `redis_bytes_per_req`
 //!   (queue and fingerprints), `redis_key_usage_bytes_per_req` (MEMORY USAGE of the
 //!   queue's keys), `avg_url_len`, `avg_payload_len`;
@@ -54,6 +55,45 @@ fn key_usage(c: &mut redis::Connection, pattern: &str) -> i64 {
                 .unwrap_or(0)
         })
         .sum()
+}
+
+/// Prints where a crawl's Redis memory goes: `MEMORY USAGE` summed per kind of key (the
+/// part of the name after the hash tag, up to a `:`), per queued request and per host.
+fn layout(c: &mut redis::Connection, crawl: &str, n: usize, hosts: usize) {
+    let keys: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{{{crawl}}}:*"))
+        .query(c)
+        .unwrap();
+    let mut kinds: std::collections::BTreeMap<String, (usize, i64)> = Default::default();
+    for k in &keys {
+        let rest = k.split_once("}:").map_or(k.as_str(), |(_, r)| r);
+        let kind = rest.split(':').next().unwrap_or(rest).to_owned();
+        let usage = redis::cmd("MEMORY")
+            .arg("USAGE")
+            .arg(k)
+            .arg("SAMPLES")
+            .arg(0)
+            .query::<Option<i64>>(c)
+            .unwrap()
+            .unwrap_or(0);
+        let e = kinds.entry(kind).or_default();
+        e.0 += 1;
+        e.1 += usage;
+    }
+    let cells: Vec<String> = kinds
+        .iter()
+        .map(|(kind, (count, bytes))| {
+            format!(
+                "\"{kind}\": {{\"keys\": {count}, \"bytes_per_req\": {:.1}, \"bytes_per_host\": {:.1}}}",
+                *bytes as f64 / n as f64,
+                *bytes as f64 / hosts as f64
+            )
+        })
+        .collect();
+    println!(
+        "{{\"case\": \"layout\", \"n\": {n}, \"d\": {hosts}, {}}}",
+        cells.join(", ")
+    );
 }
 
 fn settings() -> Settings {
@@ -110,6 +150,7 @@ fn main() {
             n as f64 / push_s,
             (mem1 - mem0) as f64 / n as f64,
         );
+        layout(&mut c, "queue", n, hosts);
         let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
     }
 
