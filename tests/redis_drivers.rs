@@ -115,39 +115,7 @@ macro_rules! drive_suite {
     };
 }
 
-mod tokio_runtime {
-    use std::future::Future;
+mod virtual_time;
 
-    pub(crate) fn run<F, Fut, T>(f: F) -> T
-    where
-        F: FnOnce(runtime_tokio::Clock) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let clock = runtime_tokio::Clock::starting_at(throttle_core::Timestamp::ZERO);
-            f(clock).await
-        })
-    }
-}
-
-drive_suite!(runtime_tokio, crate::tokio_runtime::run);
-
-mod async_std_runtime {
-    use std::future::Future;
-
-    pub(crate) fn run<F, Fut, T>(f: F) -> T
-    where
-        F: FnOnce(runtime_async_std::Clock) -> Fut,
-        Fut: Future<Output = T>,
-    {
-        let (clock, time) = runtime_async_std::Clock::manual(throttle_core::Timestamp::ZERO);
-        time.block_on(f(clock))
-    }
-}
-
-drive_suite!(runtime_async_std, crate::async_std_runtime::run);
+drive_suite!(runtime_tokio, crate::virtual_time::tokio);
+drive_suite!(runtime_async_std, crate::virtual_time::async_std);

@@ -4,8 +4,8 @@
 //! a crawl over store-sqlite resumed after shutdown, all on virtual time with exact
 //! timestamps.
 //!
-//! Each adapter module provides `run(|clock| async { .. })`, which runs the future on a
-//! virtual clock starting at zero.
+//! Each adapter's suite gets a `run(|clock| async { .. })` from `virtual_time.rs`, which
+//! runs the future on that adapter's virtual clock starting at zero.
 
 macro_rules! parity_suite {
     ($adapter:ident, $run:path) => {
@@ -362,41 +362,7 @@ macro_rules! parity_suite {
     };
 }
 
-mod tokio_runtime {
-    use std::future::Future;
+mod virtual_time;
 
-    /// Runs `f` on a current-thread tokio runtime with paused time.
-    pub(crate) fn run<F, Fut>(f: F)
-    where
-        F: FnOnce(runtime_tokio::Clock) -> Fut,
-        Fut: Future<Output = ()>,
-    {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .start_paused(true)
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let clock = runtime_tokio::Clock::starting_at(throttle_core::Timestamp::ZERO);
-            f(clock).await;
-        });
-    }
-}
-
-parity_suite!(runtime_tokio, crate::tokio_runtime::run);
-
-mod async_std_runtime {
-    use std::future::Future;
-
-    /// Runs `f` on a manual clock, advancing virtual time whenever the test is idle.
-    pub(crate) fn run<F, Fut>(f: F)
-    where
-        F: FnOnce(runtime_async_std::Clock) -> Fut,
-        Fut: Future<Output = ()>,
-    {
-        let (clock, time) = runtime_async_std::Clock::manual(throttle_core::Timestamp::ZERO);
-        time.block_on(f(clock));
-    }
-}
-
-parity_suite!(runtime_async_std, crate::async_std_runtime::run);
+parity_suite!(runtime_tokio, crate::virtual_time::tokio);
+parity_suite!(runtime_async_std, crate::virtual_time::async_std);
