@@ -121,20 +121,32 @@ where
     t0.elapsed()
 }
 
+/// Drains a filled frontier, returning the time it took.
+type Run<S> = fn(Frontier<S>) -> Duration;
+
+/// The ways to drain a filled frontier, by benchmark name: directly, then through each
+/// driver.
+fn runs<S>() -> [(&'static str, Run<S>); 4]
+where
+    S: Store + Send + 'static,
+    S::Handle: Send,
+    S::Error: Send + std::fmt::Debug + 'static,
+{
+    [
+        ("frontier", direct),
+        ("tokio_driver", driven),
+        ("tokio_driver_multi_thread", driven_multi),
+        ("async_std_driver", driven_async_std),
+    ]
+}
+
 fn bench(c: &mut Criterion) {
-    type Run<S> = fn(Frontier<S>) -> Duration;
     let reqs = peer_requests(N, HOSTS);
     let mut group = c.benchmark_group("driver_overhead");
     group.sample_size(10);
 
     group.throughput(Throughput::Elements(N as u64));
-    let memory: [(&str, Run<VolatileStore>); 4] = [
-        ("frontier", direct),
-        ("tokio_driver", driven),
-        ("tokio_driver_multi_thread", driven_multi),
-        ("async_std_driver", driven_async_std),
-    ];
-    for (name, run) in memory {
+    for (name, run) in runs::<VolatileStore>() {
         group.bench_function(BenchmarkId::new("memory", name), |b| {
             b.iter_custom(|iters| (0..iters).map(|_| run(fill(VolatileStore, &reqs))).sum())
         });
@@ -142,13 +154,7 @@ fn bench(c: &mut Criterion) {
 
     let small = &reqs[..20_000];
     group.throughput(Throughput::Elements(small.len() as u64));
-    let sqlite: [(&str, Run<store_sqlite::SqliteStore>); 4] = [
-        ("frontier", direct),
-        ("tokio_driver", driven),
-        ("tokio_driver_multi_thread", driven_multi),
-        ("async_std_driver", driven_async_std),
-    ];
-    for (name, run) in sqlite {
+    for (name, run) in runs::<store_sqlite::SqliteStore>() {
         group.bench_function(BenchmarkId::new("sqlite", name), |b| {
             b.iter_custom(|iters| {
                 (0..iters)

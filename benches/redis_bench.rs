@@ -27,7 +27,7 @@
 
 use std::time::Instant;
 
-use frontier_core::{DupeFilterConfig, FrontierConfig, Poll, PushOutcome};
+use frontier_core::{DupeFilterConfig, FrontierConfig, Poll, PushOutcome, Request};
 use store_redis::testing::RedisServer;
 use store_redis::{RedisConfig, RedisFrontier};
 use throttle_core::{Outcome, Settings, Timestamp};
@@ -94,6 +94,22 @@ fn layout(c: &mut redis::Connection, crawl: &str, n: usize, hosts: usize) {
         "{{\"case\": \"layout\", \"n\": {n}, \"d\": {hosts}, {}}}",
         cells.join(", ")
     );
+}
+
+/// An empty server, then crawl `crawl` with every request of `reqs` queued (untimed).
+fn refilled(
+    c: &mut redis::Connection,
+    url: &str,
+    crawl: &str,
+    reqs: &[Request],
+    now: Timestamp,
+) -> RedisFrontier {
+    let _: () = redis::cmd("FLUSHALL").query(c).unwrap();
+    let mut f = RedisFrontier::open(url, crawl, settings(), RedisConfig::default()).unwrap();
+    for chunk in reqs.chunks(10_000) {
+        f.push_all(chunk, now).unwrap();
+    }
+    f
 }
 
 fn settings() -> Settings {
@@ -265,11 +281,7 @@ fn main() {
     );
 
     // --------------------------------------------------------- batched pop
-    let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
-    let mut f = RedisFrontier::open(&url, "bench3", settings(), RedisConfig::default()).unwrap();
-    for chunk in reqs.chunks(10_000) {
-        f.push_all(chunk, now).unwrap();
-    }
+    let mut f = refilled(&mut c, &url, "bench3", &reqs, now);
     let t0 = Instant::now();
     let mut popped = 0usize;
     loop {
@@ -287,11 +299,7 @@ fn main() {
     );
 
     // ------------------------------------------------------ poll + complete
-    let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
-    let mut f = RedisFrontier::open(&url, "bench2", settings(), RedisConfig::default()).unwrap();
-    for chunk in reqs.chunks(10_000) {
-        f.push_all(chunk, now).unwrap();
-    }
+    let mut f = refilled(&mut c, &url, "bench2", &reqs, now);
     let ok = Outcome::status(200);
     let t0 = Instant::now();
     let mut done = 0usize;
