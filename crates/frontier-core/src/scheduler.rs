@@ -618,8 +618,7 @@ impl<H> Scheduler<H> {
             if let Some(k) = g.key.as_bytes().first() {
                 throttle_core::prefetch(k);
             }
-            let lifo = self.head_lifo(g.buckets.first_key());
-            if let Some(e) = g.buckets.peek(lifo) {
+            if let Some(e) = self.head(g) {
                 throttle_core::prefetch(e);
             }
         }
@@ -634,8 +633,7 @@ impl<H> Scheduler<H> {
         let Candidates::Ranked(tiers) = &self.candidates else {
             return None;
         };
-        let g = self.groups.get(tiers.upcoming(0)? as usize)?;
-        let e = g.buckets.peek(self.head_lifo(g.buckets.first_key()))?;
+        let e = self.head(self.groups.get(tiers.upcoming(0)? as usize)?)?;
         Some((e.seq, &e.handle))
     }
 
@@ -847,10 +845,14 @@ impl<H> Scheduler<H> {
 
     /// The request a candidate group would hand out next.
     pub(crate) fn peek_head(&self, group: u32) -> (u64, &H) {
-        let buckets = &self.groups[group as usize].buckets;
-        let e = buckets.peek(self.head_lifo(buckets.first_key()));
+        let e = self.head(&self.groups[group as usize]);
         let e = e.expect("a group's buckets are never empty");
         (e.seq, &e.handle)
+    }
+
+    /// The entry `g` hands out next (what [`take_head`](Self::take_head) takes).
+    fn head<'g>(&self, g: &'g Group<H>) -> Option<&'g Entry<H>> {
+        g.buckets.peek(self.head_lifo(g.buckets.first_key()))
     }
 
     /// Takes the head request out of a candidate group that just got a permit.

@@ -943,13 +943,18 @@ impl FsStore {
         Ok(handle)
     }
 
-    /// The memory map of a sealed segment, made on first use; `None` for the active
-    /// segment, with `mmap_reads` off, or if mapping failed (then `pread` it is).
-    fn mapped<'s>(&self, seg: &'s Segment) -> Option<&'s Mmap> {
-        if !self.config.mmap_reads || seg.id == self.active().id {
+    /// The memory map of a sealed segment (never the active one), made on first use;
+    /// `None` with `mmap_reads` off, or if mapping failed (then `pread` it is).
+    fn mapped<'s>(&self, sealed: &'s Segment) -> Option<&'s Mmap> {
+        if !self.config.mmap_reads {
             return None;
         }
-        seg.map.get_or_init(|| map_sealed(seg)).as_ref()
+        sealed.map.get_or_init(|| map_sealed(sealed)).as_ref()
+    }
+
+    /// The map of segment `id`, if one was made.
+    fn existing_map(&self, id: u32) -> Option<&Mmap> {
+        self.segment(id)?.map.get()?.as_ref()
     }
 
     /// Reads the entry record of `seq` at `handle` (already resolved). Returns where its
@@ -977,7 +982,7 @@ impl FsStore {
                 self.buf.get(start..).ok_or_else(|| stale(&seg.path))?,
                 Source::WriteBuffer,
             )
-        } else if let Some(map) = self.mapped(seg) {
+        } else if let Some(map) = (!is_active).then(|| self.mapped(seg)).flatten() {
             let bytes = usize::try_from(off)
                 .ok()
                 .and_then(|off| map.get(off..))
@@ -1431,12 +1436,9 @@ impl Store for FsStore {
         Ok(match source {
             Source::WriteBuffer => &self.buf[range],
             Source::Caller => &buf[range],
-            Source::Map => {
-                let map = self
-                    .segment(h.segment())
-                    .and_then(|s| s.map.get()?.as_ref());
-                &map.expect("read_entry just read this map")[range]
-            }
+            Source::Map => &self
+                .existing_map(h.segment())
+                .expect("read_entry just read this map")[range],
         })
     }
 
@@ -1444,9 +1446,7 @@ impl Store for FsStore {
         let Ok(h) = self.resolve(seq, *handle) else {
             return;
         };
-        let map = self
-            .segment(h.segment())
-            .and_then(|s| s.map.get()?.as_ref());
+        let map = self.existing_map(h.segment());
         if let Some(bytes) = map.and_then(|m| m.get(h.offset() as usize..)) {
             // A record of a typical request spans one or two cache lines.
             if let Some(line) = bytes.first_chunk::<128>() {
@@ -1515,7 +1515,7 @@ impl Store for FsStore {
                         copy.extend_from_slice(&s.buf[range]);
                     }
                     Source::Map => {
-                        let map = s.segment(h.segment()).and_then(|g| g.map.get()?.as_ref());
+                        let map = s.existing_map(h.segment());
                         copy.clear();
                         copy.extend_from_slice(&map.expect("read_entry just read this map")[range]);
                     }
