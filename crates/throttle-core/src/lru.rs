@@ -67,6 +67,14 @@ impl Lru {
         }
     }
 
+    /// Starts loading slot `i`'s links into the CPU cache (see [`crate::prefetch`]).
+    #[inline]
+    pub(crate) fn prefetch(&self, i: u32) {
+        if let Some(l) = self.links.get(i as usize) {
+            crate::prefetch(l);
+        }
+    }
+
     /// Moves slot `i` (currently listed) to the head.
     pub(crate) fn touch(&mut self, i: u32) {
         if self.head != i {

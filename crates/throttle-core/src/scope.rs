@@ -322,7 +322,20 @@ impl ScopeState {
 
     /// Applies every lazy update due at or before `now`, in time order (a recovery step
     /// before a rampup boundary at the same instant).
+    #[inline]
     pub(crate) fn advance(&mut self, p: &ScopeParams, now: Timestamp) {
+        // The usual case: nothing lazy pending (no backoff level, no rampup window, no
+        // quota window running).
+        if self.level == 0
+            && (self.ramp_start.is_none() || p.rampup.is_none())
+            && (self.quota_start.is_none() || p.quota.is_none())
+        {
+            return;
+        }
+        self.advance_windows(p, now);
+    }
+
+    fn advance_windows(&mut self, p: &ScopeParams, now: Timestamp) {
         if let (Some(start), Some(_), false) = (self.quota_start, p.quota, p.quota_window.is_zero())
             && let Some(elapsed) = now.checked_duration_since(start)
         {

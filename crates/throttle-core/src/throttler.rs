@@ -328,6 +328,13 @@ impl Default for SlotList {
 }
 
 impl SlotList {
+    fn one(i: u32) -> Self {
+        SlotList::Inline {
+            len: 1,
+            ids: [i, 0],
+        }
+    }
+
     fn as_slice(&self) -> &[u32] {
         match self {
             SlotList::Inline { len, ids } => &ids[..usize::from(*len)],
@@ -546,6 +553,59 @@ impl Throttler {
         result
     }
 
+    /// [`try_acquire_hinted`](Self::try_acquire_hinted) for a request with exactly one
+    /// scope: the same decision and the same reservation, without building a list of
+    /// scopes. Schedulers call it for the usual one-host group.
+    pub fn try_acquire_one(
+        &mut self,
+        scope: ScopeUse<'_>,
+        hint: &mut ScopeHint,
+        flags: RequestFlags,
+        now: Timestamp,
+    ) -> Result<Permit, NotReady> {
+        let now = self.clock.clamp(now);
+        if flags.dont_throttle {
+            return Ok(self.new_permit(&[], false, flags.dont_track));
+        }
+        let amount = if scope.amount.is_nan() || scope.amount < 0.0 {
+            0.0
+        } else {
+            scope.amount
+        };
+        let (i, created) = self.resolve_hinted(scope.scope, hint, now);
+        let result = self.admit_one(i, amount, flags, now);
+        self.evict_some(now, usize::from(created) + EVICTION_BUDGET);
+        result
+    }
+
+    /// [`admit`](Self::admit) for one scope.
+    fn admit_one(
+        &mut self,
+        i: u32,
+        amount: f64,
+        flags: RequestFlags,
+        now: Timestamp,
+    ) -> Result<Permit, NotReady> {
+        if self.in_flight.saturating_add(self.waiters.reserved())
+            >= self.settings.concurrent_requests
+        {
+            return Err(NotReady::Blocked);
+        }
+        let state = &mut self.slots[i as usize];
+        if !state.waiters.is_empty() {
+            return Err(NotReady::Blocked);
+        }
+        let p = &self.params[state.params as usize];
+        match state.gate(p, amount, now) {
+            Gate::Open => {}
+            Gate::NotUntil(t) => return Err(NotReady::NotUntil(t)),
+            Gate::Full => return Err(NotReady::Blocked),
+        }
+        state.record_send(p, amount, now, &mut self.rng);
+        self.in_flight += 1;
+        Ok(self.new_permit_of(SlotList::one(i), true, flags.dont_track))
+    }
+
     /// Whether [`try_acquire`](Self::try_acquire) would succeed now, without reserving.
     pub fn check(&mut self, scopes: &[ScopeUse<'_>], now: Timestamp) -> Result<(), NotReady> {
         let now = self.clock.clamp(now);
@@ -583,10 +643,21 @@ impl Throttler {
     /// ahead). Only a hint to the processor: nothing changes, stale hints are ignored.
     pub fn prefetch_hinted(&self, hints: &[ScopeHint]) {
         for hint in hints {
-            if let Some(state) = self.slots.get(hint.slot as usize) {
-                crate::prefetch(state);
-            }
+            self.prefetch_hint(hint);
         }
+    }
+
+    /// [`prefetch_hinted`](Self::prefetch_hinted) for one hint.
+    #[inline]
+    pub fn prefetch_hint(&self, hint: &ScopeHint) {
+        let i = hint.slot as usize;
+        if let Some(state) = self.slots.get(i) {
+            crate::prefetch(state);
+        }
+        if let Some(generation) = self.generations.get(i) {
+            crate::prefetch(generation);
+        }
+        self.lru.prefetch(hint.slot);
     }
 
     /// The load of the busiest scope a live permit holds (see [`load`](Self::load)), found
@@ -595,6 +666,22 @@ impl Throttler {
         match self.permits.get(permit.slot as usize) {
             Some(p) if p.live && p.generation == permit.generation => {
                 self.load_of_slots(p.scopes.as_slice())
+            }
+            _ => 0.0,
+        }
+    }
+
+    /// The load (active / concurrency) of the scope state `hint` points to, without
+    /// looking its name up; 0 for a stale or empty hint.
+    #[inline]
+    pub fn load_hinted(&self, hint: &ScopeHint) -> f64 {
+        let i = hint.slot as usize;
+        if hint.generation == 0 || self.generations.get(i) != Some(&hint.generation) {
+            return 0.0;
+        }
+        match self.slots.get(i) {
+            Some(s) if s.live && s.concurrency != 0 => {
+                f64::from(s.active) / f64::from(s.concurrency)
             }
             _ => 0.0,
         }
@@ -1267,13 +1354,7 @@ impl Throttler {
     }
 
     fn new_permit(&mut self, list: &[(u32, f64)], counted: bool, dont_track: bool) -> Permit {
-        let slot = match self.free_permits.pop() {
-            Some(s) => s,
-            None => {
-                self.permits.push(PermitSlot::default());
-                (self.permits.len() - 1) as u32
-            }
-        };
+        let slot = self.permit_slot();
         let p = &mut self.permits[slot as usize];
         p.live = true;
         p.counted = counted;
@@ -1282,6 +1363,35 @@ impl Throttler {
         Permit {
             slot,
             generation: p.generation,
+        }
+    }
+
+    /// [`new_permit`](Self::new_permit) holding `scopes` (inline ones: nothing to reuse).
+    fn new_permit_of(&mut self, scopes: SlotList, counted: bool, dont_track: bool) -> Permit {
+        let slot = self.permit_slot();
+        let p = &mut self.permits[slot as usize];
+        p.live = true;
+        p.counted = counted;
+        p.dont_track = dont_track;
+        if !matches!(p.scopes, SlotList::Heap(_)) {
+            p.scopes = scopes;
+        } else {
+            p.scopes.set(scopes.as_slice().iter().copied());
+        }
+        Permit {
+            slot,
+            generation: p.generation,
+        }
+    }
+
+    /// A free permit slot.
+    fn permit_slot(&mut self) -> u32 {
+        match self.free_permits.pop() {
+            Some(s) => s,
+            None => {
+                self.permits.push(PermitSlot::default());
+                (self.permits.len() - 1) as u32
+            }
         }
     }
 
@@ -1296,12 +1406,17 @@ impl Throttler {
     /// `throttling_scope_max_idle`, examining at most `budget` of them. A state that must
     /// be kept (in flight, backing off, a future send time, waiters, quota in use) goes
     /// back to the front instead, so the work per operation stays constant.
+    #[inline]
     fn evict_some(&mut self, now: Timestamp, budget: usize) {
         let limit = self.settings.throttling_scope_limit as usize;
         // Below the limit and before the oldest state can be idle: nothing to look at.
         if (limit == 0 || self.index.len() <= limit) && now < self.idle_check_at {
             return;
         }
+        self.evict_lru(now, budget, limit);
+    }
+
+    fn evict_lru(&mut self, now: Timestamp, budget: usize, limit: usize) {
         for _ in 0..budget {
             let Some(i) = self.lru.tail() else { return };
             let over = limit != 0 && self.index.len() > limit;
