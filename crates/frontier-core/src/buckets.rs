@@ -91,6 +91,11 @@ mod tests {
         (Reverse(p), c)
     }
 
+    #[test]
+    fn a_volatile_slot_is_one_cache_line() {
+        assert_eq!(core::mem::size_of::<Entry<crate::Payload>>(), 64);
+    }
+
     proptest! {
         /// Buckets hand entries out like a list sorted by (key, seq), FIFO or LIFO within
         /// a key.

@@ -266,6 +266,17 @@ impl Codec {
     /// Decodes a record; `host` is the group host it was encoded with (if any).
     /// Corrupted or foreign bytes give an error, never a panic.
     pub fn decode(&self, bytes: &[u8], host: Option<&str>) -> Result<Request, DecodeError> {
+        let host = host.filter(|h| !h.bytes().any(|b| b == b'\n' || b == b'\t'));
+        self.decode_plain_host(bytes, host)
+    }
+
+    /// [`decode`](Self::decode) for a caller that knows `host` is one plain host (no
+    /// scope-list separators): the frontier, which checked its group key once.
+    pub(crate) fn decode_plain_host(
+        &self,
+        bytes: &[u8],
+        host: Option<&str>,
+    ) -> Result<Request, DecodeError> {
         let (&version, body) = bytes
             .split_first()
             .ok_or_else(|| DecodeError::new(DecodeErrorKind::Corrupt, "empty record".into()))?;
@@ -277,14 +288,46 @@ impl Codec {
                 ),
             ));
         }
+        let wire = match common_record(body) {
+            Some(wire) => wire,
+            None => {
+                let (wire, tail): (Wire<'_>, &[u8]) = postcard::take_from_bytes(body)
+                    .map_err(|e| DecodeError::new(DecodeErrorKind::Corrupt, e.to_string()))?;
+                if !tail.is_empty() {
+                    return Err(DecodeError::new(
+                        DecodeErrorKind::Corrupt,
+                        alloc::format!("{} unexpected bytes after the record", tail.len()),
+                    ));
+                }
+                wire
+            }
+        };
+        self.request_of(wire, host)
+    }
+
+    /// [`decode_plain_host`](Self::decode_plain_host) through postcard alone (the
+    /// reference the hand-written reader of [`common_record`] is checked against).
+    #[cfg(test)]
+    fn decode_by_postcard(&self, bytes: &[u8], host: Option<&str>) -> Result<Request, DecodeError> {
+        let (&version, body) = bytes
+            .split_first()
+            .ok_or_else(|| DecodeError::new(DecodeErrorKind::Corrupt, "empty record".into()))?;
+        if version != FORMAT_VERSION {
+            return Err(DecodeError::new(
+                DecodeErrorKind::UnsupportedVersion(version),
+                String::new(),
+            ));
+        }
         let (wire, tail): (Wire<'_>, &[u8]) = postcard::take_from_bytes(body)
             .map_err(|e| DecodeError::new(DecodeErrorKind::Corrupt, e.to_string()))?;
         if !tail.is_empty() {
-            return Err(DecodeError::new(
-                DecodeErrorKind::Corrupt,
-                alloc::format!("{} unexpected bytes after the record", tail.len()),
-            ));
+            return Err(DecodeError::new(DecodeErrorKind::Corrupt, String::new()));
         }
+        self.request_of(wire, host)
+    }
+
+    /// Builds the request a decoded record describes.
+    fn request_of(&self, wire: Wire<'_>, host: Option<&str>) -> Result<Request, DecodeError> {
         if wire.flags & !KNOWN_FLAGS != 0 {
             return Err(DecodeError::new(
                 DecodeErrorKind::Corrupt,
@@ -309,7 +352,7 @@ impl Codec {
         let mut req = if elided == 0 {
             Request::get(wire.url)
         } else {
-            let host = host.filter(|h| !h.is_empty() && !h.contains(['\n', '\t']));
+            let host = host.filter(|h| !h.is_empty());
             let Some(host) = host.filter(|_| elided != HTTPS_HOST_ELIDED | HTTP_HOST_ELIDED) else {
                 return Err(DecodeError::new(
                     DecodeErrorKind::Corrupt,
@@ -361,6 +404,74 @@ impl Codec {
             }
         }
         Ok(req)
+    }
+}
+
+/// Reads a record without rare fields (the common case) straight from its bytes, in
+/// postcard's layout: URL (length varint + bytes), callback (option tag + varint),
+/// priority (zigzag varint), depth (varint), flags (a byte), rare fields (option tag 0).
+/// Returns `None` for anything else (rare fields, a varint in a longer form than
+/// needed, invalid UTF-8, trailing bytes): postcard then decides, and reports the error.
+fn common_record(body: &[u8]) -> Option<Wire<'_>> {
+    let mut r = Bytes(body);
+    let len = r.varint()? as usize;
+    let url = core::str::from_utf8(r.take(len)?).ok()?;
+    let callback = match r.byte()? {
+        0 => None,
+        1 => Some(r.varint()?),
+        _ => return None,
+    };
+    let zigzag = r.varint()?;
+    let priority = ((zigzag >> 1) as i32) ^ -((zigzag & 1) as i32);
+    let depth = r.varint()?;
+    let flags = r.byte()?;
+    if r.byte()? != 0 || !r.0.is_empty() {
+        return None;
+    }
+    Some(Wire {
+        url,
+        callback,
+        priority,
+        depth,
+        flags,
+        rest: None,
+    })
+}
+
+/// A cursor over a record's bytes.
+struct Bytes<'a>(&'a [u8]);
+
+impl<'a> Bytes<'a> {
+    fn byte(&mut self) -> Option<u8> {
+        let (&b, rest) = self.0.split_first()?;
+        self.0 = rest;
+        Some(b)
+    }
+
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if n > self.0.len() {
+            return None;
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Some(head)
+    }
+
+    /// A `u32` varint in its shortest form (LEB128, at most five bytes).
+    fn varint(&mut self) -> Option<u32> {
+        let mut value = 0u32;
+        for i in 0..5 {
+            let b = self.byte()?;
+            if i == 4 && b > 0x0f {
+                return None;
+            }
+            value |= u32::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                // A zero last byte after the first means a longer form than needed.
+                return (i == 0 || b != 0).then_some(value);
+            }
+        }
+        None
     }
 }
 
@@ -537,6 +648,35 @@ mod tests {
     }
 
     #[test]
+    fn the_common_record_takes_the_hand_written_reader() {
+        let mut codec = Codec::new();
+        for req in [
+            Request::get("https://a.example.com/x?y=1")
+                .callback("parse")
+                .priority(-3),
+            Request::get("http://a.example.com/")
+                .depth(300)
+                .start()
+                .dont_filter(),
+            Request::get("https://a.example.com/\u{e9}t\u{e9}").priority(i32::MIN),
+        ] {
+            for host in [None, Some("a.example.com")] {
+                let mut bytes = Vec::new();
+                codec.encode(&req, host, &mut bytes).unwrap();
+                let wire = common_record(&bytes[1..]).expect("read by hand");
+                assert_eq!((wire.priority, wire.depth), (req.priority, req.depth));
+                assert_eq!(codec.decode(&bytes, host).unwrap(), req);
+            }
+        }
+        // Rare fields go through postcard.
+        let mut bytes = Vec::new();
+        let post = Request::new(Method::Post, "https://a.b/").body(b"x".to_vec());
+        codec.encode(&post, None, &mut bytes).unwrap();
+        assert!(common_record(&bytes[1..]).is_none());
+        assert_eq!(codec.decode(&bytes, None).unwrap(), post);
+    }
+
+    #[test]
     fn callback_table_restore() {
         let mut t = CallbackTable::new();
         t.restore(2, "c").unwrap();
@@ -623,6 +763,61 @@ mod tests {
             codec.encode(&req, host.as_deref(), &mut short).unwrap();
             prop_assert!(short.len() <= out.len());
             prop_assert_eq!(codec.decode(&short, host.as_deref()).unwrap(), req);
+        }
+
+        /// The hand-written reader of the common record agrees with postcard on every
+        /// input: the same request, or an error of the same kind.
+        #[test]
+        fn fast_reader_matches_postcard(
+            req in arb_request(),
+            cut in any::<prop::sample::Index>(),
+            flip in proptest::option::of((any::<prop::sample::Index>(), any::<u8>())),
+            tail in proptest::collection::vec(any::<u8>(), 0..3),
+        ) {
+            let mut codec = Codec::new();
+            codec.callbacks_mut().intern("parse");
+            let host = crate::group::host_scope(&req.url).ok();
+            let mut bytes = Vec::new();
+            codec.encode(&req, host.as_deref(), &mut bytes).unwrap();
+            let mut variants = vec![bytes.clone()];
+            let mut cut_short = bytes.clone();
+            cut_short.truncate(cut.index(bytes.len() + 1));
+            variants.push(cut_short);
+            if let Some((at, x)) = flip {
+                let mut flipped = bytes.clone();
+                let i = at.index(flipped.len());
+                flipped[i] ^= x;
+                variants.push(flipped);
+            }
+            let mut longer = bytes.clone();
+            longer.extend_from_slice(&tail);
+            variants.push(longer);
+            for v in &variants {
+                let fast = codec.decode_plain_host(v, host.as_deref());
+                let reference = codec.decode_by_postcard(v, host.as_deref());
+                match (&fast, &reference) {
+                    (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
+                    (Err(a), Err(b)) => prop_assert_eq!(a.kind(), b.kind()),
+                    _ => prop_assert!(false, "{:?} vs {:?} for {:?}", fast, reference, v),
+                }
+            }
+        }
+
+        #[test]
+        fn fast_reader_matches_postcard_on_noise(bytes in proptest::collection::vec(any::<u8>(), 0..80)) {
+            let mut codec = Codec::new();
+            codec.callbacks_mut().intern("parse");
+            let mut with_version = vec![FORMAT_VERSION];
+            with_version.extend_from_slice(&bytes);
+            for host in [None, Some("example.com")] {
+                let fast = codec.decode_plain_host(&with_version, host);
+                let reference = codec.decode_by_postcard(&with_version, host);
+                match (&fast, &reference) {
+                    (Ok(a), Ok(b)) => prop_assert_eq!(a, b),
+                    (Err(a), Err(b)) => prop_assert_eq!(a.kind(), b.kind()),
+                    _ => prop_assert!(false, "{:?} vs {:?}", fast, reference),
+                }
+            }
         }
 
         #[test]

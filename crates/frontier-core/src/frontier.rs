@@ -465,7 +465,7 @@ impl<S: Store> Frontier<S> {
             Err(e) => Err(FrontierError::Store(e)),
             Ok(bytes) => self
                 .codec
-                .decode(bytes, Some(self.scheduler.group_key(group)))
+                .decode_plain_host(bytes, self.scheduler.plain_key(group))
                 .map_err(|source| FrontierError::Corrupt {
                     lease: LeaseId(seq),
                     source,
@@ -507,7 +507,7 @@ impl<S: Store> Frontier<S> {
             .load(seq, handle, &mut self.payload)
             .map_err(FrontierError::Store)?;
         self.codec
-            .decode(bytes, Some(self.scheduler.group_key(group)))
+            .decode_plain_host(bytes, self.scheduler.plain_key(group))
             .map(Some)
             .map_err(|source| FrontierError::Corrupt {
                 lease: LeaseId(seq),

@@ -82,5 +82,6 @@ pub use scheduler::Policy;
 pub use scheduling::Scheduling;
 pub use stats::FrontierStats;
 pub use store::{
-    Durability, EntryMeta, MemoryStore, MemoryStoreError, RecoveryVisitor, Store, VolatileStore,
+    Durability, EntryMeta, INLINE_PAYLOAD, MemoryStore, MemoryStoreError, Payload, RecoveryVisitor,
+    Store, VolatileStore,
 };

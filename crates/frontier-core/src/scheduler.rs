@@ -55,53 +55,133 @@ enum GroupState {
     Parked(u32),
 }
 
-struct Group<H> {
-    key: Arc<str>,
-    /// Scope names and amounts for throttler calls (empty: the unthrottled lane).
-    uses: Box<[(Box<str>, f64)]>,
-    /// Where the throttler keeps each scope's state (skips name lookups).
-    hints: Box<[ScopeHint]>,
-    scope_ids: Box<[u32]>,
+/// How many polls ahead the scheduler starts loading a group's record, and what the
+/// record points to (see [`Scheduler::prefetch_ahead`]). Far enough for a load from
+/// memory to arrive in time at a few hundred nanoseconds per poll.
+const RECORD_AHEAD: usize = 6;
+const POINTEES_AHEAD: usize = 3;
+
+/// One scope of a group: its number in the scheduler, where its name is in the group
+/// key, the quota amount a request of the group consumes, and where the throttler keeps
+/// its state.
+#[derive(Clone, Copy, Debug)]
+struct GroupScope {
+    id: u32,
+    name: (u32, u32),
     amount: f64,
-    buckets: Buckets<H>,
-    len: usize,
-    delayed: usize,
-    active: u32,
+    hint: ScopeHint,
+}
+
+/// A group's scopes: one inline (a host group, the usual case), or any number (none for
+/// the unthrottled lane).
+#[derive(Debug)]
+enum Scopes {
+    One(GroupScope),
+    Many(Box<[GroupScope]>),
+}
+
+impl Scopes {
+    fn as_slice(&self) -> &[GroupScope] {
+        match self {
+            Scopes::One(s) => core::slice::from_ref(s),
+            Scopes::Many(v) => v,
+        }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [GroupScope] {
+        match self {
+            Scopes::One(s) => core::slice::from_mut(s),
+            Scopes::Many(v) => v,
+        }
+    }
+}
+
+/// A scope group. The fields a poll reads come first, so that they share the record's
+/// first cache lines (`repr(C)` keeps the order).
+#[repr(C)]
+struct Group<H> {
     state: GroupState,
     epoch: u32,
+    live: bool,
+    /// Another group uses one of its scopes: its load can change behind its back.
+    shared: bool,
+    /// The key is one plain scope name (no list separators): a host the records of the
+    /// group may leave out of their URLs.
+    plain: bool,
+    len: u32,
+    active: u32,
     last_served: u64,
     /// Load of its busiest scope when last looked at (a tie-breaker).
     load: f64,
-    /// Another group uses one of its scopes: its load can change behind its back.
-    shared: bool,
+    /// Total quota amount of its scopes as it ranks (a tie-breaker, see [`Rank`]).
+    amount: u16,
+    scopes: Scopes,
+    key: Arc<str>,
+    buckets: Buckets<H>,
+    delayed: u32,
     /// The scope that woke this candidate: it gets the chance back if unused.
     woken_by: Option<u32>,
-    live: bool,
 }
 
 impl<H> Group<H> {
+    /// The name of one of its scopes (a part of its key).
+    fn name(&self, scope: &GroupScope) -> &str {
+        self.key
+            .get(scope.name.0 as usize..scope.name.1 as usize)
+            .unwrap_or("")
+    }
+
     /// Calls `f` with the group's scopes as throttler uses.
     fn with_uses<R>(&self, f: impl FnOnce(&[ScopeUse<'_>]) -> R) -> R {
-        with_uses(&self.uses, f)
+        const INLINE: usize = 4;
+        let scopes = self.scopes.as_slice();
+        let name = |s: &GroupScope| ScopeUse::with_amount(self.name(s), s.amount);
+        if scopes.len() <= INLINE {
+            let mut buf = [ScopeUse::new(""); INLINE];
+            for (slot, s) in buf.iter_mut().zip(scopes) {
+                *slot = name(s);
+            }
+            f(&buf[..scopes.len()])
+        } else {
+            let uses: Vec<ScopeUse<'_>> = scopes.iter().map(name).collect();
+            f(&uses)
+        }
+    }
+
+    /// Whether the group is the unthrottled lane (no scopes).
+    fn unthrottled(&self) -> bool {
+        self.scopes.as_slice().is_empty()
     }
 }
 
-/// Calls `f` with `uses` as throttler uses, without allocating for the usual handful.
-fn with_uses<R>(uses: &[(Box<str>, f64)], f: impl FnOnce(&[ScopeUse<'_>]) -> R) -> R {
-    const INLINE: usize = 4;
-    if uses.len() <= INLINE {
-        let mut buf = [ScopeUse::new(""); INLINE];
-        for (slot, (name, amount)) in buf.iter_mut().zip(uses.iter()) {
-            *slot = ScopeUse::with_amount(name, *amount);
-        }
-        f(&buf[..uses.len()])
-    } else {
-        let uses: Vec<ScopeUse<'_>> = uses
-            .iter()
-            .map(|(n, a)| ScopeUse::with_amount(n, *a))
-            .collect();
-        f(&uses)
+/// Asks the throttler for a permit on every scope of `g`, through their hints.
+fn acquire<H>(
+    throttler: &mut Throttler,
+    g: &mut Group<H>,
+    now: Timestamp,
+) -> Result<Permit, NotReady> {
+    let flags = RequestFlags {
+        dont_throttle: g.unthrottled(),
+        dont_track: false,
+    };
+    if let Scopes::One(s) = &mut g.scopes {
+        let name = g
+            .key
+            .get(s.name.0 as usize..s.name.1 as usize)
+            .unwrap_or("");
+        return throttler.try_acquire_one(
+            ScopeUse::with_amount(name, s.amount),
+            &mut s.hint,
+            flags,
+            now,
+        );
     }
+    let mut hints: Vec<ScopeHint> = g.scopes.as_slice().iter().map(|s| s.hint).collect();
+    let result = g.with_uses(|uses| throttler.try_acquire_hinted(uses, &mut hints, flags, now));
+    for (s, h) in g.scopes.as_mut_slice().iter_mut().zip(hints) {
+        s.hint = h;
+    }
+    result
 }
 
 /// Orders candidates and parked groups, packed into one integer so that heap
@@ -115,16 +195,23 @@ struct Rank {
     group: Reverse<u32>,
 }
 
+/// A total quota amount as it ranks: the top 16 bits of its `f32` pattern, which order
+/// like the numbers (0 for none).
+fn amount_key(amount: f64) -> u16 {
+    if amount.is_finite() && amount > 0.0 {
+        ((amount as f32).to_bits() >> 16) as u16
+    } else {
+        0
+    }
+}
+
 impl Rank {
-    fn new(priority: i32, class: u8, load: f64, amount: f64, last_served: u64, group: u32) -> Self {
+    /// `amount` is [`amount_key`]'s.
+    fn new(priority: i32, class: u8, load: f64, amount: u16, last_served: u64, group: u32) -> Self {
         let priority = (i64::from(priority) - i64::from(i32::MIN)) as u128;
         let other = u128::from(class == 0);
-        let load = 65_535 - (load.clamp(0.0, 1.0) * 65_535.0 + 0.5) as u128;
-        let amount = if amount.is_finite() && amount > 0.0 {
-            u128::from((amount as f32).to_bits() >> 16)
-        } else {
-            0
-        };
+        let load = u128::from(65_535 - (load.clamp(0.0, 1.0) * 65_535.0 + 0.5) as u32);
+        let amount = u128::from(amount);
         let recent = u128::from((u64::MAX >> 1) - last_served.min(u64::MAX >> 1));
         Rank {
             key: (priority << 96) | (other << 95) | (load << 79) | (amount << 63) | recent,
@@ -145,22 +232,41 @@ impl Rank {
 /// Candidates of the throttling-aware policy: tiers (priority, class, load, amount) from
 /// best to worst, each a round-robin queue ordered by when its groups were last served.
 /// Serving a group moves it to the back of its tier, so a poll costs O(1) plus a lookup
-/// among the few tiers (a heap over all groups would cost a cache miss per level).
+/// among the few tiers (a heap over all groups would cost a cache miss per level). The
+/// best tier is kept apart from the others: a served group usually goes back to it, and
+/// then no tree is searched.
 #[derive(Default)]
 struct Tiers {
-    tiers: BTreeMap<Reverse<u128>, VecDeque<(u64, u32, u32)>>,
+    best: Option<(u128, TierQueue)>,
+    rest: BTreeMap<Reverse<u128>, TierQueue>,
     /// Emptied queues kept for reuse: groups move between tiers all the time.
-    spare: Vec<VecDeque<(u64, u32, u32)>>,
+    spare: Vec<TierQueue>,
 }
+
+/// One tier's groups in serving order: (last served, group, epoch of the entry).
+type TierQueue = VecDeque<(u64, u32, u32)>;
 
 impl Tiers {
     fn push(&mut self, rank: Rank, last_served: u64, epoch: u32) {
         let entry = (last_served, rank.group(), epoch);
-        let spare = &mut self.spare;
-        let queue = self
-            .tiers
-            .entry(Reverse(rank.tier()))
-            .or_insert_with(|| spare.pop().unwrap_or_default());
+        let tier = rank.tier();
+        let queue = match &mut self.best {
+            Some((t, q)) if *t == tier => q,
+            Some((t, _)) if *t > tier => {
+                let spare = &mut self.spare;
+                self.rest
+                    .entry(Reverse(tier))
+                    .or_insert_with(|| spare.pop().unwrap_or_default())
+            }
+            best => {
+                // A new best tier: the old one goes back among the others.
+                if let Some((t, q)) = best.take() {
+                    self.rest.insert(Reverse(t), q);
+                }
+                let queue = self.spare.pop().unwrap_or_default();
+                &mut best.insert((tier, queue)).1
+            }
+        };
         match queue.back() {
             Some(&(ls, g, _)) if (ls, g) > (entry.0, entry.1) => {
                 let at = queue.partition_point(|&(ls, g, _)| (ls, g) < (entry.0, entry.1));
@@ -173,17 +279,20 @@ impl Tiers {
     /// The group `n` places behind the best entry of the best tier (`n = 0`: the next
     /// one [`pop`](Self::pop) returns, if still a candidate by then).
     fn upcoming(&self, n: usize) -> Option<u32> {
-        let (_, queue) = self.tiers.first_key_value()?;
+        let (_, queue) = self.best.as_ref()?;
         queue.get(n).map(|&(_, group, _)| group)
     }
 
     /// The best entry: (tier, group, epoch).
     fn pop(&mut self) -> Option<(u128, u32, u32)> {
-        let mut first = self.tiers.first_entry()?;
-        let (_, group, epoch) = first.get_mut().pop_front()?;
-        let tier = first.key().0;
-        if first.get().is_empty() {
-            self.spare.push(first.remove());
+        let (tier, queue) = self.best.as_mut()?;
+        let tier = *tier;
+        let (_, group, epoch) = queue.pop_front()?;
+        if queue.is_empty() {
+            let next = self.rest.pop_first().map(|(Reverse(t), q)| (t, q));
+            if let Some((_, emptied)) = core::mem::replace(&mut self.best, next) {
+                self.spare.push(emptied);
+            }
         }
         Some((tier, group, epoch))
     }
@@ -306,6 +415,12 @@ impl<H> Scheduler<H> {
         &self.groups[group as usize].key
     }
 
+    /// The group's key if it is one plain scope name (a host its records may leave out).
+    pub(crate) fn plain_key(&self, group: u32) -> Option<&str> {
+        let g = &self.groups[group as usize];
+        g.plain.then_some(&*g.key)
+    }
+
     /// The earliest instant a timer or a delayed request is due.
     pub(crate) fn next_event(&self) -> Option<Timestamp> {
         self.events.peek().map(|Reverse((t, _))| *t)
@@ -334,25 +449,40 @@ impl<H> Scheduler<H> {
         } else {
             parse_group_key(key)?
         };
-        let scope_ids: Box<[u32]> = uses.iter().map(|(n, _)| self.intern_scope(n)).collect();
+        let base = key.as_ptr() as usize;
+        let scopes: Vec<GroupScope> = uses
+            .iter()
+            .map(|&(name, amount)| {
+                let start = (name.as_ptr() as usize - base) as u32;
+                GroupScope {
+                    id: self.intern_scope(name),
+                    name: (start, start + name.len() as u32),
+                    amount,
+                    hint: ScopeHint::default(),
+                }
+            })
+            .collect();
+        let plain = uses.len() == 1 && uses[0].0.len() == key.len();
         let key: Arc<str> = Arc::from(key);
         let group = Group {
-            key: key.clone(),
-            uses: uses.iter().map(|(n, a)| (Box::from(*n), *a)).collect(),
-            hints: uses.iter().map(|_| ScopeHint::default()).collect(),
-            scope_ids,
-            amount: uses.iter().map(|(_, a)| *a).sum(),
-            buckets: Buckets::default(),
-            len: 0,
-            delayed: 0,
-            active: 0,
             state: GroupState::Idle,
             epoch: 0,
+            live: true,
+            shared: false,
+            plain,
+            len: 0,
+            active: 0,
             last_served: 0,
             load: 0.0,
-            shared: false,
+            amount: amount_key(uses.iter().map(|(_, a)| *a).sum()),
+            scopes: match scopes[..] {
+                [one] => Scopes::One(one),
+                _ => Scopes::Many(scopes.into_boxed_slice()),
+            },
+            key: key.clone(),
+            buckets: Buckets::default(),
+            delayed: 0,
             woken_by: None,
-            live: true,
         };
         let g = match self.free_groups.pop() {
             Some(g) => {
@@ -365,8 +495,8 @@ impl<H> Scheduler<H> {
                 (self.groups.len() - 1) as u32
             }
         };
-        for i in 0..self.groups[g as usize].scope_ids.len() {
-            let s = self.groups[g as usize].scope_ids[i] as usize;
+        for i in 0..self.groups[g as usize].scopes.as_slice().len() {
+            let s = self.groups[g as usize].scopes.as_slice()[i].id as usize;
             if self.scopes[s].shared {
                 self.groups[g as usize].shared = true;
                 let owner = self.scopes[s].owner as usize;
@@ -554,8 +684,12 @@ impl<H> Scheduler<H> {
             return;
         };
         let g = &self.groups[best as usize];
-        let i = g.scope_ids.iter().position(|&s| s == scope).unwrap_or(0);
-        let amount = g.uses.get(i).map_or(1.0, |u| u.1);
+        let amount = g
+            .scopes
+            .as_slice()
+            .iter()
+            .find(|s| s.id == scope)
+            .map_or(1.0, |s| s.amount);
         let name = &self.scopes[scope as usize].name;
         match throttler.check_scope(ScopeUse::with_amount(name, amount), now) {
             Ok(()) => {
@@ -593,26 +727,34 @@ impl<H> Scheduler<H> {
     }
 
     /// Starts loading what the next polls will read, so that it is in the cache by the
-    /// time they get there: the group record three polls ahead, then what the record
-    /// points to (its scopes, hints, key and head request) two ahead, then the throttler
-    /// states of the next group. Each step reads only what the step before loaded. At
-    /// thousands of groups this turns a chain of cache misses per poll into loads that
-    /// overlap; with few groups everything is in the cache anyway and it costs a few
-    /// instructions.
+    /// time they get there: the group record [`RECORD_AHEAD`] polls ahead, then what the
+    /// record points to (its throttler states, its key and its head request)
+    /// [`POINTEES_AHEAD`] polls ahead, once the record has arrived. At thousands of
+    /// groups this turns a chain of cache misses per poll into loads that overlap; with
+    /// few groups everything is in the cache anyway and it costs a few instructions.
     fn prefetch_ahead(&self, throttler: &Throttler) {
         let Candidates::Ranked(tiers) = &self.candidates else {
             return;
         };
         let groups = &self.groups;
-        if let Some(g) = tiers.upcoming(2).and_then(|g| groups.get(g as usize)) {
+        if let Some(g) = tiers
+            .upcoming(RECORD_AHEAD)
+            .and_then(|g| groups.get(g as usize))
+        {
             throttle_core::prefetch(g);
         }
-        if let Some(g) = tiers.upcoming(1).and_then(|g| groups.get(g as usize)) {
-            if let Some(u) = g.uses.first() {
-                throttle_core::prefetch(u);
-            }
-            if let Some(h) = g.hints.first() {
-                throttle_core::prefetch(h);
+        if let Some(g) = tiers
+            .upcoming(POINTEES_AHEAD)
+            .and_then(|g| groups.get(g as usize))
+        {
+            match &g.scopes {
+                Scopes::One(s) => throttler.prefetch_hint(&s.hint),
+                Scopes::Many(scopes) => {
+                    throttle_core::prefetch(scopes);
+                    for s in scopes.iter() {
+                        throttler.prefetch_hint(&s.hint);
+                    }
+                }
             }
             // The key (the host) goes back into the URL when the request is decoded.
             if let Some(k) = g.key.as_bytes().first() {
@@ -621,9 +763,6 @@ impl<H> Scheduler<H> {
             if let Some(e) = self.head(g) {
                 throttle_core::prefetch(e);
             }
-        }
-        if let Some(g) = tiers.upcoming(0).and_then(|g| groups.get(g as usize)) {
-            throttler.prefetch_hinted(&g.hints);
         }
     }
 
@@ -703,27 +842,20 @@ impl<H> Scheduler<H> {
                 }
             };
             let g = &mut self.groups[group as usize];
-            let unthrottled = g.uses.is_empty();
-            let hints = &mut g.hints;
-            let decision = with_uses(&g.uses, |uses| {
-                if reserve {
-                    let flags = RequestFlags {
-                        dont_throttle: unthrottled,
-                        dont_track: false,
-                    };
-                    throttler
-                        .try_acquire_hinted(uses, hints, flags, now)
-                        .map(Some)
-                } else if unthrottled {
-                    Ok(None)
-                } else {
-                    throttler.check(uses, now).map(|()| None)
-                }
-            });
+            let decision = if reserve {
+                acquire(throttler, g, now).map(Some)
+            } else if g.unthrottled() {
+                Ok(None)
+            } else {
+                g.with_uses(|uses| throttler.check(uses, now).map(|()| None))
+            };
             match decision {
                 Ok(Some(permit)) => {
                     let g = &mut self.groups[group as usize];
-                    g.load = throttler.permit_load(&permit);
+                    g.load = match &g.scopes {
+                        Scopes::One(s) => throttler.load_hinted(&s.hint),
+                        Scopes::Many(_) => throttler.permit_load(&permit),
+                    };
                     let woken_by = g.woken_by.take();
                     let (seq, handle, priority) = self.take_head(group);
                     if let Some(s) = woken_by {
@@ -801,19 +933,20 @@ impl<H> Scheduler<H> {
         now: Timestamp,
     ) -> u32 {
         let g = &self.groups[group as usize];
-        if g.scope_ids.len() == 1 {
-            return g.scope_ids[0];
+        let scopes = g.scopes.as_slice();
+        if let [one] = scopes {
+            return one.id;
         }
-        let mut best = (Timestamp::ZERO, g.scope_ids[0]);
-        for (i, (name, amount)) in g.uses.iter().enumerate() {
+        let mut best = (Timestamp::ZERO, scopes[0].id);
+        for s in scopes {
             if let Err(NotReady::NotUntil(u)) =
-                throttler.check_scope(ScopeUse::with_amount(name, *amount), now)
+                throttler.check_scope(ScopeUse::with_amount(g.name(s), s.amount), now)
             {
                 if u == t {
-                    return g.scope_ids[i];
+                    return s.id;
                 }
                 if u > best.0 {
-                    best = (u, g.scope_ids[i]);
+                    best = (u, s.id);
                 }
             }
         }
@@ -828,14 +961,11 @@ impl<H> Scheduler<H> {
         now: Timestamp,
     ) -> Option<u32> {
         let g = &self.groups[group as usize];
-        g.uses
-            .iter()
-            .zip(g.scope_ids.iter())
-            .find_map(|((name, amount), &s)| {
-                (throttler.check_scope(ScopeUse::with_amount(name, *amount), now)
-                    == Err(NotReady::Blocked))
-                .then_some(s)
-            })
+        g.scopes.as_slice().iter().find_map(|s| {
+            (throttler.check_scope(ScopeUse::with_amount(g.name(s), s.amount), now)
+                == Err(NotReady::Blocked))
+            .then_some(s.id)
+        })
     }
 
     /// Whether a group whose head bucket has `key` pops from the back.
@@ -897,8 +1027,8 @@ impl<H> Scheduler<H> {
             let woken = g.woken_by;
             self.make_candidate(group, woken);
         }
-        for i in 0..self.groups[group as usize].scope_ids.len() {
-            let s = self.groups[group as usize].scope_ids[i];
+        for i in 0..self.groups[group as usize].scopes.as_slice().len() {
+            let s = self.groups[group as usize].scopes.as_slice()[i].id;
             self.rearm(s, throttler, now);
         }
         self.collect(group);
@@ -923,11 +1053,9 @@ impl<H> Scheduler<H> {
         g.live = false;
         g.epoch = g.epoch.wrapping_add(1);
         g.buckets = Buckets::default();
-        g.uses = Box::new([]);
-        g.hints = Box::new([]);
-        let scopes = core::mem::take(&mut g.scope_ids);
+        let scopes = core::mem::replace(&mut g.scopes, Scopes::Many(Box::new([])));
         self.free_groups.push(group);
-        for &s in scopes.iter() {
+        for s in scopes.as_slice().iter().map(|s| s.id) {
             let slot = &mut self.scopes[s as usize];
             slot.refs -= 1;
             if slot.refs == 0 {
