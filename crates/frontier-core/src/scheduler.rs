@@ -760,9 +760,7 @@ impl<H> Scheduler<H> {
             if let Some(k) = g.key.as_bytes().first() {
                 throttle_core::prefetch(k);
             }
-            if let Some(e) = self.head(g) {
-                throttle_core::prefetch(e);
-            }
+            g.buckets.prefetch(self.head_lifo(g.buckets.first_key()));
         }
     }
 
