@@ -415,7 +415,7 @@ impl Codec {
 fn common_record(body: &[u8]) -> Option<Wire<'_>> {
     let mut r = Bytes(body);
     let len = r.varint()? as usize;
-    let url = core::str::from_utf8(r.take(len)?).ok()?;
+    let url = text(r.take(len)?)?;
     let callback = match r.byte()? {
         0 => None,
         1 => Some(r.varint()?),
@@ -436,6 +436,18 @@ fn common_record(body: &[u8]) -> Option<Wire<'_>> {
         flags,
         rest: None,
     })
+}
+
+/// `bytes` as text, if they are valid UTF-8. A URL is nearly always ASCII, which is
+/// checked a word at a time; only other text goes through the full UTF-8 check.
+fn text(bytes: &[u8]) -> Option<&str> {
+    if bytes.is_ascii() {
+        #[allow(unsafe_code)]
+        // SAFETY: every byte is below 0x80, and a sequence of ASCII bytes is valid UTF-8.
+        Some(unsafe { core::str::from_utf8_unchecked(bytes) })
+    } else {
+        core::str::from_utf8(bytes).ok()
+    }
 }
 
 /// A cursor over a record's bytes.

@@ -156,6 +156,53 @@ struct LeaseRecord<H> {
     dont_track: bool,
 }
 
+/// The requests handed out and not yet completed or retried, by lease id. The records
+/// live in a slab whose slots are reused, and the map from id to slot holds small
+/// entries: with a million leases out it grows without moving the records.
+struct Leases<H> {
+    slots: HashMap<u64, u32>,
+    records: Vec<Option<LeaseRecord<H>>>,
+    free: Vec<u32>,
+}
+
+impl<H> Leases<H> {
+    fn new() -> Self {
+        Leases {
+            slots: HashMap::new(),
+            records: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    fn insert(&mut self, seq: u64, record: LeaseRecord<H>) {
+        let slot = match self.free.pop() {
+            Some(slot) => {
+                self.records[slot as usize] = Some(record);
+                slot
+            }
+            None => {
+                self.records.push(Some(record));
+                (self.records.len() - 1) as u32
+            }
+        };
+        if let Some(old) = self.slots.insert(seq, slot) {
+            // A lease id is handed out once; should it come again, the older record goes.
+            self.records[old as usize] = None;
+            self.free.push(old);
+        }
+    }
+
+    fn remove(&mut self, seq: u64) -> Option<LeaseRecord<H>> {
+        let slot = self.slots.remove(&seq)?;
+        self.free.push(slot);
+        self.records[slot as usize].take()
+    }
+}
+
 /// The crawl frontier over a [`Store`].
 ///
 /// It owns the [`Throttler`]: a polled request already holds its throttling slots, and
@@ -166,7 +213,7 @@ pub struct Frontier<S: Store = VolatileStore> {
     scheduler: Scheduler<S::Handle>,
     codec: Codec,
     filter: DupeFilter,
-    leases: HashMap<u64, LeaseRecord<S::Handle>>,
+    leases: Leases<S::Handle>,
     next_seq: u64,
     stats: FrontierStats,
     config: FrontierConfig,
@@ -319,7 +366,7 @@ impl<S: Store> Frontier<S> {
             scheduler,
             codec,
             filter,
-            leases: HashMap::new(),
+            leases: Leases::new(),
             next_seq,
             stats,
             config,
@@ -458,7 +505,9 @@ impl<S: Store> Frontier<S> {
             };
         self.stats.dequeued += 1;
         self.stats.leased += 1;
-        if let Some((seq, handle)) = self.scheduler.upcoming_head() {
+        if S::PREFETCH
+            && let Some((seq, handle)) = self.scheduler.upcoming_head()
+        {
             self.store.prefetch(seq, handle);
         }
         let decoded = match self.store.load(seq, &handle, &mut self.payload) {
@@ -524,7 +573,7 @@ impl<S: Store> Frontier<S> {
         outcome: &Outcome<'_>,
         now: Timestamp,
     ) -> Result<bool, FrontierError<S::Error>> {
-        let Some(rec) = self.leases.remove(&lease.0) else {
+        let Some(rec) = self.leases.remove(lease.0) else {
             return Ok(false);
         };
         self.release(&rec, outcome, now);
@@ -545,7 +594,7 @@ impl<S: Store> Frontier<S> {
         priority_adjust: i32,
         now: Timestamp,
     ) -> Result<bool, FrontierError<S::Error>> {
-        let Some(rec) = self.leases.remove(&lease.0) else {
+        let Some(rec) = self.leases.remove(lease.0) else {
             return Ok(false);
         };
         // Releasing the lease frees its group when nothing else is queued or in flight

@@ -124,9 +124,15 @@ pub trait Store {
         buf: &'a mut Vec<u8>,
     ) -> Result<&'a [u8], Self::Error>;
 
+    /// Whether [`prefetch`](Self::prefetch) does anything: the frontier only looks up
+    /// the next request's handle for a store that wants it (the lookup itself reads
+    /// memory). Default: no.
+    const PREFETCH: bool = false;
+
     /// A hint that request `seq` is likely the next one [`load`](Self::load)ed: a store
     /// that keeps payloads in memory can start bringing it into the CPU cache. The
-    /// frontier calls it one poll ahead. Default: nothing.
+    /// frontier calls it one poll ahead when [`PREFETCH`](Self::PREFETCH) is set.
+    /// Default: nothing.
     fn prefetch(&self, seq: u64, handle: &Self::Handle) {
         let _ = (seq, handle);
     }
@@ -269,14 +275,6 @@ impl Store for VolatileStore {
         _: &'a mut Vec<u8>,
     ) -> Result<&'a [u8], MemoryStoreError> {
         Ok(handle.as_bytes())
-    }
-    fn prefetch(&self, _: u64, handle: &Payload) {
-        // An inline payload was fetched with its queue slot.
-        if let PayloadRepr::Heap(b) = &handle.0
-            && let Some(b) = b.first()
-        {
-            throttle_core::prefetch(b);
-        }
     }
     fn lease(&mut self, _: u64, _: &Payload) -> Result<(), MemoryStoreError> {
         Ok(())

@@ -1442,6 +1442,8 @@ impl Store for FsStore {
         })
     }
 
+    const PREFETCH: bool = true;
+
     fn prefetch(&self, seq: u64, handle: &FsHandle) {
         let Ok(h) = self.resolve(seq, *handle) else {
             return;
