@@ -1,16 +1,14 @@
-//! A group's queued requests: one run per (priority, class), best first.
+//! A group's queued requests: one queue per (priority, class), best first.
 //!
-//! All the entries of a group share one slab (a vector whose free slots are reused), and
-//! each run is a doubly linked list through it in sequence order. So runs come and go as
-//! priorities drain without allocating or freeing anything: a poll that empties a run
-//! costs no trip to the allocator, whose bookkeeping would touch memory nobody else
-//! needs. The best run's ends live inline, so the request a poll takes is found from the
-//! group record and the slab alone, and the scheduler can prefetch its slot. The other
-//! runs wait in a small sorted vector, best last, whose next run can be prefetched too;
-//! past [`SORTED_MAX`] runs (a group with that many distinct priorities) they move to a
-//! B-tree, so pushes and polls stay O(log n) however many priorities a group holds.
+//! The best queue (the head) lives inline, so the request a poll takes is found from
+//! the group record alone, and the scheduler can prefetch the head request's slot
+//! before it gets there. Each queue is one contiguous buffer, so a group's requests of
+//! one priority are read in memory order. The other queues wait in a small sorted
+//! vector, best last, whose next queue can be prefetched too; past [`SORTED_MAX`] queues
+//! (a group with that many distinct priorities) they move to a B-tree, so pushes and
+//! polls stay O(log n) however many priorities a group holds.
 
-use alloc::collections::BTreeMap;
+use alloc::collections::{BTreeMap, VecDeque};
 use alloc::vec::Vec;
 use core::cmp::Reverse;
 
@@ -24,74 +22,58 @@ pub(crate) struct Entry<H> {
     pub(crate) handle: H,
 }
 
-/// No slot.
-const NIL: u32 = u32::MAX;
-
-/// A place in the slab: a queued entry and its neighbours in its run, or a free place
-/// (`entry` is `None`, `next` the next free one).
-#[derive(Debug)]
-struct Slot<H> {
-    prev: u32,
-    next: u32,
-    entry: Option<Entry<H>>,
-}
-
-/// A run's ends: its lowest and highest sequence numbers' slots.
-#[derive(Clone, Copy, Debug)]
-struct Run {
-    first: u32,
-    last: u32,
-}
-
-/// Runs beyond which the waiting runs move from a sorted vector to a B-tree.
+/// Queues beyond which the waiting queues move from a sorted vector to a B-tree.
 const SORTED_MAX: usize = 64;
 
-/// The runs after the best one.
+type Queue<H> = VecDeque<Entry<H>>;
+
+/// The queues after the best one.
 #[derive(Debug)]
-enum Runs {
+enum Rest<H> {
     /// Sorted by key, worst first: the best is popped from the end.
-    Sorted(Vec<(BucketKey, Run)>),
-    Tree(BTreeMap<BucketKey, Run>),
+    Sorted(Vec<(BucketKey, Queue<H>)>),
+    Tree(BTreeMap<BucketKey, Queue<H>>),
 }
 
-impl Runs {
-    fn get_mut(&mut self, key: &BucketKey) -> Option<&mut Run> {
+impl<H> Rest<H> {
+    /// The queue of `key`, created empty if there is none.
+    fn entry(&mut self, key: BucketKey) -> &mut Queue<H> {
+        if let Rest::Sorted(v) = self
+            && v.len() >= SORTED_MAX
+            && v.binary_search_by(|(k, _)| key.cmp(k)).is_err()
+        {
+            let tree: BTreeMap<BucketKey, Queue<H>> = v.drain(..).collect();
+            *self = Rest::Tree(tree);
+        }
         match self {
-            Runs::Sorted(v) => match v.binary_search_by(|(k, _)| key.cmp(k)) {
-                Ok(i) => Some(&mut v[i].1),
-                Err(_) => None,
-            },
-            Runs::Tree(t) => t.get_mut(key),
+            Rest::Sorted(v) => {
+                let at = match v.binary_search_by(|(k, _)| key.cmp(k)) {
+                    Ok(at) => at,
+                    Err(at) => {
+                        v.insert(at, (key, VecDeque::new()));
+                        at
+                    }
+                };
+                &mut v[at].1
+            }
+            Rest::Tree(t) => t.entry(key).or_default(),
         }
     }
 
-    /// Adds a run for a key that has none.
-    fn insert(&mut self, key: BucketKey, run: Run) {
-        match self {
-            Runs::Sorted(v) if v.len() < SORTED_MAX => {
-                let at = v.partition_point(|(k, _)| *k > key);
-                v.insert(at, (key, run));
-            }
-            Runs::Sorted(v) => {
-                let mut tree: BTreeMap<BucketKey, Run> = v.drain(..).collect();
-                tree.insert(key, run);
-                *self = Runs::Tree(tree);
-            }
-            Runs::Tree(t) => {
-                t.insert(key, run);
-            }
-        }
+    /// Adds the queue of a key that has none.
+    fn insert(&mut self, key: BucketKey, queue: Queue<H>) {
+        *self.entry(key) = queue;
     }
 
-    fn pop_best(&mut self) -> Option<(BucketKey, Run)> {
+    fn pop_best(&mut self) -> Option<(BucketKey, Queue<H>)> {
         match self {
-            Runs::Sorted(v) => v.pop(),
-            Runs::Tree(t) => t.pop_first(),
+            Rest::Sorted(v) => v.pop(),
+            Rest::Tree(t) => t.pop_first(),
         }
     }
 
     fn prefetch_best(&self) {
-        if let Runs::Sorted(v) = self
+        if let Rest::Sorted(v) = self
             && let Some(best) = v.last()
         {
             throttle_core::prefetch(best);
@@ -99,22 +81,18 @@ impl Runs {
     }
 }
 
-/// One run per key, best key first; each run ordered by sequence number.
+/// One queue per key, best key first; each queue ordered by sequence number.
 #[derive(Debug)]
 pub(crate) struct Buckets<H> {
-    head: Option<(BucketKey, Run)>,
-    rest: Runs,
-    slots: Vec<Slot<H>>,
-    free: u32,
+    head: Option<(BucketKey, Queue<H>)>,
+    rest: Rest<H>,
 }
 
 impl<H> Default for Buckets<H> {
     fn default() -> Self {
         Buckets {
             head: None,
-            rest: Runs::Sorted(Vec::new()),
-            slots: Vec::new(),
-            free: NIL,
+            rest: Rest::Sorted(Vec::new()),
         }
     }
 }
@@ -127,119 +105,54 @@ impl<H> Buckets<H> {
 
     /// Adds an entry under `key`, at its sequence position.
     pub(crate) fn push(&mut self, key: BucketKey, entry: Entry<H>) {
-        let seq = entry.seq;
-        let s = self.alloc(entry);
-        let run = match &mut self.head {
-            Some((k, run)) if *k == key => Some(run),
-            Some((k, _)) if *k < key => self.rest.get_mut(&key),
+        let queue = match &mut self.head {
+            Some((k, q)) if *k == key => q,
+            Some((k, _)) if *k < key => self.rest.entry(key),
             head => {
                 // A new best key: the old head goes back among the others.
-                if let Some((k, run)) = head.take() {
-                    self.rest.insert(k, run);
+                if let Some((k, q)) = head.take() {
+                    self.rest.insert(k, q);
                 }
-                *head = Some((key, Run { first: s, last: s }));
-                return;
+                &mut head.insert((key, VecDeque::new())).1
             }
         };
-        let Some(run) = run else {
-            self.rest.insert(key, Run { first: s, last: s });
-            return;
-        };
-        let mut run_copy = *run;
-        link(&mut self.slots, &mut run_copy, s, seq);
-        *run = run_copy;
+        match queue.back() {
+            Some(last) if last.seq > entry.seq => {
+                let at = queue.partition_point(|e| e.seq < entry.seq);
+                queue.insert(at, entry);
+            }
+            _ => queue.push_back(entry),
+        }
     }
 
     /// The entry [`take`](Self::take) would return.
     pub(crate) fn peek(&self, lifo: bool) -> Option<&Entry<H>> {
-        let (_, run) = self.head.as_ref()?;
-        let s = if lifo { run.last } else { run.first };
-        self.slots.get(s as usize)?.entry.as_ref()
+        let (_, q) = self.head.as_ref()?;
+        if lifo { q.back() } else { q.front() }
     }
 
-    /// Starts loading what [`take`](Self::take) will read into the CPU cache: the slot
-    /// it empties and, should that end the best run, the next run.
+    /// Starts loading what [`take`](Self::take) will read into the CPU cache: the entry
+    /// it takes and, should that empty the head queue, the next queue.
     pub(crate) fn prefetch(&self, lifo: bool) {
-        if let Some((_, run)) = &self.head {
-            let s = if lifo { run.last } else { run.first };
-            if let Some(slot) = self.slots.get(s as usize) {
-                throttle_core::prefetch(slot);
+        if let Some((_, q)) = &self.head {
+            if let Some(e) = if lifo { q.back() } else { q.front() } {
+                throttle_core::prefetch(e);
             }
-            if run.first == run.last {
+            if q.len() == 1 {
                 self.rest.prefetch_best();
             }
         }
     }
 
-    /// Takes the head run's first (or, with `lifo`, last) entry, with its key.
+    /// Takes the head queue's first (or, with `lifo`, last) entry, with its key.
     pub(crate) fn take(&mut self, lifo: bool) -> Option<(BucketKey, Entry<H>)> {
-        let (key, run) = self.head.as_mut()?;
+        let (key, q) = self.head.as_mut()?;
         let key = *key;
-        let s = if lifo { run.last } else { run.first };
-        let slot = &mut self.slots[s as usize];
-        let (prev, next) = (slot.prev, slot.next);
-        let entry = slot.entry.take()?;
-        slot.next = self.free;
-        self.free = s;
-        if prev != NIL {
-            self.slots[prev as usize].next = next;
-        } else {
-            run.first = next;
-        }
-        if next != NIL {
-            self.slots[next as usize].prev = prev;
-        } else {
-            run.last = prev;
-        }
-        if run.first == NIL {
+        let e = if lifo { q.pop_back() } else { q.pop_front() }?;
+        if q.is_empty() {
             self.head = self.rest.pop_best();
         }
-        Some((key, entry))
-    }
-
-    /// A slot holding `entry`, not yet linked into any run.
-    fn alloc(&mut self, entry: Entry<H>) -> u32 {
-        let slot = Slot {
-            prev: NIL,
-            next: NIL,
-            entry: Some(entry),
-        };
-        if self.free != NIL {
-            let s = self.free;
-            self.free = self.slots[s as usize].next;
-            self.slots[s as usize] = slot;
-            s
-        } else {
-            self.slots.push(slot);
-            (self.slots.len() - 1) as u32
-        }
-    }
-}
-
-/// Links the unlinked slot `s` (sequence number `seq`) into the non-empty `run` at its
-/// sequence position: after the last entry with a smaller one (usually at the end).
-fn link<H>(slots: &mut [Slot<H>], run: &mut Run, s: u32, seq: u64) {
-    let seq_of = |slots: &[Slot<H>], i: u32| slots[i as usize].entry.as_ref().map_or(0, |e| e.seq);
-    let mut after = run.last;
-    while after != NIL && seq_of(slots, after) > seq {
-        after = slots[after as usize].prev;
-    }
-    let before = if after == NIL {
-        run.first
-    } else {
-        slots[after as usize].next
-    };
-    slots[s as usize].prev = after;
-    slots[s as usize].next = before;
-    if after == NIL {
-        run.first = s;
-    } else {
-        slots[after as usize].next = s;
-    }
-    if before == NIL {
-        run.last = s;
-    } else {
-        slots[before as usize].prev = s;
+        Some((key, e))
     }
 }
 
@@ -254,9 +167,8 @@ mod tests {
     }
 
     #[test]
-    fn a_volatile_entry_is_one_cache_line_and_its_slot_adds_two_links() {
+    fn a_volatile_slot_is_one_cache_line() {
         assert_eq!(core::mem::size_of::<Entry<crate::Payload>>(), 64);
-        assert_eq!(core::mem::size_of::<Slot<crate::Payload>>(), 72);
     }
 
     proptest! {
