@@ -1,8 +1,10 @@
 //! The Redis frontier next to scrapy-redis, on the peers' workload (their URL shapes and
 //! priorities): Redis memory per queued request, push and pop rates, duplicate-filter
 //! bytes per fingerprint. Measured like `shared/peers/bench_scrapy_redis.py` measures
-//! scrapy-redis: `INFO memory` `used_memory` before and after the pushes (delta / N),
-//! wall time of each phase, request building excluded.
+//! scrapy-redis: `INFO memory` `used_memory` before and after the pushes (delta / N;
+//! "after" once the pushing connection is closed: its input buffer, up to a pipeline of
+//! 10,000 requests, is not queue data), wall time of each phase, request building
+//! excluded.
 //!
 //!     cargo run --release -p workspace-benches --bin redis-bench -- [N] [HOSTS]
 //!
@@ -42,12 +44,12 @@ fn used_memory(c: &mut redis::Connection) -> i64 {
 }
 
 fn key_usage(c: &mut redis::Connection, pattern: &str) -> i64 {
-    let keys: Vec<String> = redis::cmd("KEYS").arg(pattern).query(c).unwrap();
+    let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg(pattern).query(c).unwrap();
     keys.iter()
         .map(|k| {
             redis::cmd("MEMORY")
                 .arg("USAGE")
-                .arg(k)
+                .arg(k.as_slice())
                 .arg("SAMPLES")
                 .arg(0)
                 .query::<Option<i64>>(c)
@@ -58,19 +60,28 @@ fn key_usage(c: &mut redis::Connection, pattern: &str) -> i64 {
 }
 
 /// Prints where a crawl's Redis memory goes: `MEMORY USAGE` summed per kind of key (the
-/// part of the name after the hash tag, up to a `:`), per queued request and per host.
+/// part of the name after the hash tag, up to a `:` or the `|` of a chunked set's leaf:
+/// `C` is the candidates' index, `C|` their leaves), per queued request and per host.
 fn layout(c: &mut redis::Connection, crawl: &str, n: usize, hosts: usize) {
-    let keys: Vec<String> = redis::cmd("KEYS")
+    let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
         .arg(format!("{{{crawl}}}:*"))
         .query(c)
         .unwrap();
     let mut kinds: std::collections::BTreeMap<String, (usize, i64)> = Default::default();
+    let tag = format!("{{{crawl}}}:");
     for k in &keys {
-        let rest = k.split_once("}:").map_or(k.as_str(), |(_, r)| r);
-        let kind = rest.split(':').next().unwrap_or(rest).to_owned();
+        let rest = k.strip_prefix(tag.as_bytes()).unwrap_or(k);
+        let cut = rest
+            .iter()
+            .position(|&b| b == b':' || b == b'|')
+            .unwrap_or(rest.len());
+        let mut kind = String::from_utf8_lossy(&rest[..cut]).into_owned();
+        if rest.get(cut) == Some(&b'|') {
+            kind.push('|');
+        }
         let usage = redis::cmd("MEMORY")
             .arg("USAGE")
-            .arg(k)
+            .arg(k.as_slice())
             .arg("SAMPLES")
             .arg(0)
             .query::<Option<i64>>(c)
@@ -160,6 +171,9 @@ fn main() {
             f.push_all(chunk, now).unwrap();
         }
         let push_s = t0.elapsed().as_secs_f64();
+        // The pushing connection's input buffer (up to a pipeline of 10 calls of 1,000
+        // requests) is not queue data: it goes with the connection.
+        drop(f);
         let mem1 = used_memory(&mut c);
         println!(
             "{{\"case\": \"push_no_dupefilter\", \"n\": {n}, \"d\": {hosts}, \"push_ops_s\": {:.1}, \"redis_bytes_per_req\": {:.1}, \"avg_url_len\": {url_len:.1}}}",
@@ -180,32 +194,38 @@ fn main() {
         assert!(out.iter().all(|o| matches!(o, PushOutcome::Queued(_))));
     }
     let push_s = t0.elapsed().as_secs_f64();
+    // As above: measured without the pushing connection's input buffer (a new handle on
+    // the same crawl goes on with the pops).
+    drop(f);
     let mem1 = used_memory(&mut c);
-    let queue_usage = key_usage(&mut c, "{bench}:q:*")
-        + key_usage(&mut c, "{bench}:g:*")
-        + key_usage(&mut c, "{bench}:cand")
-        + key_usage(&mut c, "{bench}:gk");
+    let mut f = RedisFrontier::open(&url, "bench", settings(), RedisConfig::default()).unwrap();
+    // The queue's keys: queue buckets and own queues, name records, candidates.
+    let queue_usage = key_usage(&mut c, "{bench}:Q:*")
+        + key_usage(&mut c, "{bench}:q:*")
+        + key_usage(&mut c, "{bench}:N:*")
+        + key_usage(&mut c, "{bench}:C*");
     let fp_usage = key_usage(&mut c, "{bench}:df");
-    let payload: i64 = {
-        let keys: Vec<String> = redis::cmd("KEYS").arg("{bench}:q:*").query(&mut c).unwrap();
+    // Payload bytes of the queued members (a sample of buckets): each member is the
+    // order value (1 byte, 6 outside priorities -31..32), the sequence key (5 bytes),
+    // the flags byte, then the payload.
+    let (payload, sampled) = {
+        let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("{bench}:Q:*").query(&mut c).unwrap();
         let mut total = 0i64;
+        let mut count = 0i64;
         for k in keys.iter().take(200) {
             let members: Vec<Vec<u8>> = redis::cmd("ZRANGE")
-                .arg(k)
+                .arg(k.as_slice())
                 .arg(0)
                 .arg(-1)
                 .query(&mut c)
                 .unwrap();
-            total += members.iter().map(|m| m.len() as i64 - 14).sum::<i64>();
+            for m in &members {
+                let order = if m[0] == 0 || m[0] == 255 { 6 } else { 1 };
+                total += m.len() as i64 - order - 5 - 1;
+                count += 1;
+            }
         }
-        total
-    };
-    let sampled: i64 = {
-        let keys: Vec<String> = redis::cmd("KEYS").arg("{bench}:q:*").query(&mut c).unwrap();
-        keys.iter()
-            .take(200)
-            .map(|k| redis::cmd("ZCARD").arg(k).query::<i64>(&mut c).unwrap())
-            .sum()
+        (total, count)
     };
     println!(
         "{{\"case\": \"push\", \"n\": {n}, \"d\": {hosts}, \"push_ops_s\": {:.1}, \"redis_bytes_per_req\": {:.1}, \"redis_key_usage_bytes_per_req\": {:.1}, \"avg_url_len\": {url_len:.1}, \"avg_payload_len\": {:.1}}}",
@@ -245,7 +265,7 @@ fn main() {
             bytes as f64 / n as f64,
             n as f64 / bloom_s
         );
-        let keys: Vec<String> = redis::cmd("KEYS").arg("{bloom}:*").query(&mut c).unwrap();
+        let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("{bloom}:*").query(&mut c).unwrap();
         let _: () = redis::cmd("DEL").arg(keys).query(&mut c).unwrap();
     }
 
