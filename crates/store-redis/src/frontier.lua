@@ -41,7 +41,7 @@ local function bind()
   floor, huge = math.floor, math.huge
   sbyte, schar, ssub = string.byte, string.char, string.sub
   spack, sunpack = struct.pack, struct.unpack
-  CFMT = '>' .. string.rep('d', #CN)
+  if not CFMT then CFMT = '>' .. string.rep('d', #CN) end
 end
 
 local LAYOUT = 2
@@ -102,11 +102,11 @@ local function cload()
     return
   end
   if #raw ~= 8 * #CN then fail('CORRUPT', KC .. ': counters of the wrong size') end
-  local v = {sunpack(CFMT, raw)}
-  for i, n in ipairs(CN) do
-    local x = v[i]
-    if x ~= x then fail('CORRUPT', KC .. ': counter ' .. n .. ' is not a number') end
-    C[n] = x
+  C.seq, C.queued, C.delayed, C.inf, C.tick, C.gnext, C.groups, C.rh, C.rl, C.tclk, C.dmax,
+    C.ovn, C.enq, C.deq, C.leased, C.acked, C.retried, C.redel, C.evicted, C.hL, C.hS,
+    C.hN = sunpack(CFMT, raw)
+  for _, n in ipairs(CN) do
+    if C[n] ~= C[n] then fail('CORRUPT', KC .. ': counter ' .. n .. ' is not a number') end
   end
 end
 local function cget(name)
@@ -121,9 +121,9 @@ end
 local function cadd(name, d) cset(name, cget(name) + d) end
 local function cflush()
   if not Cdirty then return end
-  local v = {}
-  for i, n in ipairs(CN) do v[i] = C[n] end
-  call('SET', KC, spack(CFMT, unpack(v)))
+  call('SET', KC, spack(CFMT, C.seq, C.queued, C.delayed, C.inf, C.tick, C.gnext, C.groups,
+    C.rh, C.rl, C.tclk, C.dmax, C.ovn, C.enq, C.deq, C.leased, C.acked, C.retried, C.redel,
+    C.evicted, C.hL, C.hS, C.hN))
   Cdirty = false
 end
 
@@ -537,19 +537,26 @@ end
 -- start, 4 quota start, 8 robots floor), 14 doubles, then the optional ones.
 local TFMT = '>Bdddddddddddddd'
 local function tdecode(name, raw)
-  local ok, st = pcall(function()
-    local bits, bd, d, c, a, lv, na, hu, ba, wt, qc, sn, dn, tr, lu, pos = sunpack(TFMT, raw)
-    local s = {bd = bd, d = d, c = c, a = a, lv = lv, na = na, hu = hu, ba = ba, wt = wt,
-               qc = qc, sn = sn, dn = dn, tr = tr, lu = lu}
-    if bits % 2 == 1 then s.ls, pos = sunpack('>d', raw, pos) end
-    if floor(bits / 2) % 2 == 1 then s.rs, pos = sunpack('>d', raw, pos) end
-    if floor(bits / 4) % 2 == 1 then s.qs, pos = sunpack('>d', raw, pos) end
-    if floor(bits / 8) % 2 == 1 then s.rf, pos = sunpack('>d', raw, pos) end
-    if pos ~= #raw + 1 then error('length') end
-    return s
-  end)
+  local ok, bits, bd, d, c, a, lv, na, hu, ba, wt, qc, sn, dn, tr, lu, pos = pcall(sunpack, TFMT, raw)
   if not ok then fail('CORRUPT', KT .. '[' .. name .. ']: undecodable scope state') end
-  return st
+  local s = {bd = bd, d = d, c = c, a = a, lv = lv, na = na, hu = hu, ba = ba, wt = wt,
+             qc = qc, sn = sn, dn = dn, tr = tr, lu = lu}
+  if bits > 0 then
+    local o = {}
+    ok, o[1], o[2], o[3], o[4] = pcall(sunpack, '>' .. string.rep('d', (bits % 2) + floor(bits / 2) % 2
+      + floor(bits / 4) % 2 + floor(bits / 8) % 2), raw, pos)
+    if not ok then fail('CORRUPT', KT .. '[' .. name .. ']: undecodable scope state') end
+    local i = 1
+    if bits % 2 == 1 then s.ls = o[i]; i = i + 1 end
+    if bits % 4 >= 2 then s.rs = o[i]; i = i + 1 end
+    if bits % 8 >= 4 then s.qs = o[i]; i = i + 1 end
+    if bits % 16 >= 8 then s.rf = o[i]; i = i + 1 end
+    pos = o[i]
+  end
+  if pos ~= #raw + 1 or bits > 15 then
+    fail('CORRUPT', KT .. '[' .. name .. ']: undecodable scope state')
+  end
+  return s
 end
 local function tencode(s)
   local bits = (s.ls and 1 or 0) + (s.rs and 2 or 0) + (s.qs and 4 or 0) + (s.rf and 8 or 0)
@@ -713,70 +720,103 @@ end
 local LEAF_MAX, LEAF_MIN = 64, 16
 local cos = {}   -- the operations, as one table (a function has at most 200 locals)
 
+-- Sizes of the small sorted sets touched in this call (leaves, queue buckets): read once
+-- with ZCARD, then kept up to date here.
+local CARD = {}
+function cos.card(key)
+  local n = CARD[key]
+  if not n then
+    n = call('ZCARD', key)
+    CARD[key] = n
+  end
+  return n
+end
+function cos.zadd1(key, score, m)
+  local a = call('ZADD', key, score, m)
+  local n = CARD[key]
+  if n then CARD[key] = n + a end
+end
+function cos.zrem1(key, m)
+  local a = call('ZREM', key, m)
+  local n = CARD[key]
+  if n then CARD[key] = n - a end
+  return a
+end
+
 -- The separator of the leaf that holds (or would hold) `k`; nil when the set is empty.
 function cos.find(T, k)
-  return call('ZREVRANGEBYLEX', T, '[' .. k, '-', 'LIMIT', 0, 1)[1]
+  return call('ZREVRANGEBYLEX', T, '[' .. k, '-', 'LIMIT', '0', '1')[1]
 end
 
 function cos.zadd_all(key, members)
   local args = {}
-  for i, m in ipairs(members) do args[2 * i - 1] = 0; args[2 * i] = m end
+  for i, m in ipairs(members) do args[2 * i - 1] = '0'; args[2 * i] = m end
   for i = 1, #args, 2000 do
     call('ZADD', key, unpack(args, i, math.min(i + 1999, #args)))
   end
+  CARD[key] = nil
 end
 
 function cos.add(T, k)
   local sep = cos.find(T, k)
   if not sep then
-    call('ZADD', T, 0, '')
+    call('ZADD', T, '0', '')
     sep = ''
   end
   local L = T .. '|' .. sep
-  call('ZADD', L, 0, k)
-  local n = call('ZCARD', L)
+  cos.zadd1(L, '0', k)
+  local n = cos.card(L)
   if n <= LEAF_MAX then return end
   -- Split: the upper half goes to a new leaf, or only the new member when it is the
   -- leaf's last (members added in order fill their leaves).
   local from = floor(n / 2)
-  if call('ZRANGE', L, -1, -1)[1] == k then from = n - 1 end
-  local moved = call('ZRANGE', L, from, -1)
+  if call('ZRANGE', L, '-1', '-1')[1] == k then from = n - 1 end
+  local moved = call('ZRANGE', L, from, '-1')
   local a, b = call('ZRANGE', L, from - 1, from - 1)[1], moved[1]
   local c = 0
   while sbyte(a, c + 1) == sbyte(b, c + 1) do c = c + 1 end
   local ns = ssub(b, 1, c + 1)       -- the shortest separator above a, not above b
   cos.zadd_all(T .. '|' .. ns, moved)
-  call('ZREMRANGEBYRANK', L, from, -1)
-  call('ZADD', T, 0, ns)
+  call('ZREMRANGEBYRANK', L, from, '-1')
+  CARD[L] = from
+  call('ZADD', T, '0', ns)
 end
 
--- Removes `k` from leaf `sep` (where it is): an emptied leaf goes, a small one joins the
+-- After a member left leaf `sep` (key L): an emptied leaf goes, a small one joins the
 -- leaf before it when they fit together.
-function cos.rem_at(T, sep, k)
-  local L = T .. '|' .. sep
-  if call('ZREM', L, k) == 0 then return false end
-  local n = call('ZCARD', L)
+function cos.shrunk(T, sep, L)
+  local n = cos.card(L)
   if n == 0 then
+    CARD[L] = nil
     if sep ~= '' then
       call('ZREM', T, sep)
     else
-      local nxt = call('ZRANGE', T, 1, 1)[1]
+      local nxt = call('ZRANGE', T, '1', '1')[1]
       if nxt then
-        call('RENAME', T .. '|' .. nxt, L)
+        local NL = T .. '|' .. nxt
+        call('RENAME', NL, L)
+        CARD[L], CARD[NL] = CARD[NL], nil
         call('ZREM', T, nxt)
       else
         call('DEL', T)
       end
     end
   elseif n < LEAF_MIN and sep ~= '' then
-    local prev = call('ZREVRANGEBYLEX', T, '(' .. sep, '-', 'LIMIT', 0, 1)[1]
+    local prev = call('ZREVRANGEBYLEX', T, '(' .. sep, '-', 'LIMIT', '0', '1')[1]
     local PL = T .. '|' .. prev
-    if call('ZCARD', PL) + n <= LEAF_MAX - LEAF_MIN then
-      cos.zadd_all(PL, call('ZRANGE', L, 0, -1))
+    if cos.card(PL) + n <= LEAF_MAX - LEAF_MIN then
+      cos.zadd_all(PL, call('ZRANGE', L, '0', '-1'))
       call('DEL', L)
+      CARD[L] = nil
       call('ZREM', T, sep)
     end
   end
+end
+-- Removes `k` from leaf `sep` (where it is).
+function cos.rem_at(T, sep, k)
+  local L = T .. '|' .. sep
+  if cos.zrem1(L, k) == 0 then return false end
+  cos.shrunk(T, sep, L)
   return true
 end
 function cos.rem(T, k)
@@ -786,20 +826,29 @@ function cos.rem(T, k)
 end
 -- The first member and its leaf.
 function cos.first(T)
-  local sep = call('ZRANGE', T, 0, 0)[1]
+  local sep = call('ZRANGE', T, '0', '0')[1]
   if not sep then return nil end
-  local m = call('ZRANGE', T .. '|' .. sep, 0, 0)[1]
+  local m = call('ZRANGE', T .. '|' .. sep, '0', '0')[1]
   if not m then fail('CORRUPT', T .. '|' .. sep .. ': an indexed leaf is empty') end
   return m, sep
 end
 function cos.pop(T)
-  local m, sep = cos.first(T)
-  if m then cos.rem_at(T, sep, m) end
+  local sep = call('ZRANGE', T, '0', '0')[1]
+  if not sep then return nil end
+  local L = T .. '|' .. sep
+  local m = call('ZPOPMIN', L)[1]
+  if not m then fail('CORRUPT', L .. ': an indexed leaf is empty') end
+  local n = CARD[L]
+  if n then CARD[L] = n - 1 end
+  cos.shrunk(T, sep, L)
   return m
 end
 -- Deletes a whole set.
 function cos.del(T)
-  for _, sep in ipairs(call('ZRANGE', T, 0, -1)) do call('DEL', T .. '|' .. sep) end
+  for _, sep in ipairs(call('ZRANGE', T, '0', '-1')) do
+    call('DEL', T .. '|' .. sep)
+    CARD[T .. '|' .. sep] = nil
+  end
   call('DEL', T)
 end
 
@@ -813,11 +862,17 @@ local Nb = {}         -- name -> bucket key, this call (buckets split only at th
 local R = {}          -- name -> decoded record, or false when absent
 local Rdirty = {}
 local function nhash(name) return tonumber(ssub(redis.sha1hex(name), 1, 8), 16) end
+local NBK = {}        -- bucket number -> key, this call
 local function nbucket_of(h)
   local m = 2 ^ cget('hL')
   local b = h % m
   if b < cget('hS') then b = h % (m * 2) end
-  return P .. 'N:' .. b
+  local k = NBK[b]
+  if not k then
+    k = P .. 'N:' .. b
+    NBK[b] = k
+  end
+  return k
 end
 local function nbucket(name)
   local b = Nb[name]
@@ -843,56 +898,78 @@ local function tier_len(t)
   if b == 0 or b == 255 then return 10 end
   return 5
 end
+local function rbad(name) fail('CORRUPT', nbucket(name) .. '[' .. name .. ']: undecodable record') end
 local function rdecode(name, raw)
-  local ok, r = pcall(function()
-    local parts, pos = sunpack('>B', raw)
-    local r = {stored = true}
-    if parts % 2 == 1 then
-      local gid, n, st, gf
-      gid, n, st, gf, pos = sunpack('>I4I4BB', raw, pos)
-      local g = {gid = gid, n = n, dl = 0, a = 0, ls = 0, st = GST[st], ld = 0,
-                 sh = gf % 2 == 1, own = floor(gf / 2) % 2 == 1}
-      if not g.st then error('state') end
-      if floor(gf / 64) % 2 == 1 then g.dl, g.a, pos = sunpack('>I4I4', raw, pos) end
-      if gf >= 128 then g.ls, pos = sunpack('>I5', raw, pos) end
-      if floor(gf / 16) % 2 == 1 then g.ld, pos = sunpack('>d', raw, pos) end
-      if floor(gf / 8) % 2 == 1 then
-        local tl = tier_len(ssub(raw, pos, pos))
-        g.tier = ssub(raw, pos, pos + tl - 1)
-        if #g.tier ~= tl then error('tier') end
-        pos = pos + tl
-      end
-      if floor(gf / 32) % 2 == 1 then g.ps, pos = sunpack('>B', raw, pos) end
-      if floor(gf / 4) % 2 == 1 then g.wb, pos = sunpack('>B', raw, pos) end
-      local npk
-      npk, pos = sunpack('>B', raw, pos)
-      g.pk = ssub(raw, pos, pos + npk - 1)
-      if #g.pk ~= npk then error('pk') end
-      pos = pos + npk
-      r.g = g
+  local parts = sbyte(raw, 1)
+  if not parts or parts > 3 then rbad(name) end
+  local r = {stored = true}
+  local pos = 2
+  local ok
+  if parts % 2 == 1 then
+    local gid, n, st, gf
+    ok, gid, n, st, gf, pos = pcall(sunpack, '>I4I4BB', raw, pos)
+    if not ok or not GST[st] then rbad(name) end
+    local g = {gid = gid, n = n, dl = 0, a = 0, ls = 0, st = GST[st], ld = 0,
+               sh = gf % 2 == 1, own = gf % 4 >= 2}
+    if gf % 128 >= 64 then
+      ok, g.dl, g.a, pos = pcall(sunpack, '>I4I4', raw, pos)
+      if not ok then rbad(name) end
     end
-    if floor(parts / 2) % 2 == 1 then
-      local sf
-      sf, pos = sunpack('>B', raw, pos)
-      local s = {rf = 1, sh = sf % 2 == 1}
-      if floor(sf / 16) % 2 == 1 then s.rf, pos = sunpack('>I4', raw, pos) end
-      if floor(sf / 2) % 2 == 1 then s.tm, pos = sunpack('>d', raw, pos) end
-      if floor(sf / 4) % 2 == 1 then s.ow = name end
-      if floor(sf / 8) % 2 == 1 then
-        local len
-        len, pos = sunpack('>H', raw, pos)
-        s.ow = ssub(raw, pos, pos + len - 1)
-        if #s.ow ~= len then error('owner') end
-        pos = pos + len
-      end
-      r.s = s
+    if gf >= 128 then
+      ok, g.ls, pos = pcall(sunpack, '>I5', raw, pos)
+      if not ok then rbad(name) end
     end
-    if pos ~= #raw + 1 then error('length') end
-    return r
-  end)
-  if not ok then
-    fail('CORRUPT', nbucket(name) .. '[' .. name .. ']: undecodable record')
+    if gf % 32 >= 16 then
+      ok, g.ld, pos = pcall(sunpack, '>d', raw, pos)
+      if not ok then rbad(name) end
+    end
+    if gf % 16 >= 8 then
+      local b = sbyte(raw, pos)
+      local tl = (b == 0 or b == 255) and 10 or 5
+      g.tier = ssub(raw, pos, pos + tl - 1)
+      if #g.tier ~= tl then rbad(name) end
+      pos = pos + tl
+    end
+    if gf % 64 >= 32 then
+      g.ps = sbyte(raw, pos)
+      pos = pos + 1
+    end
+    if gf % 8 >= 4 then
+      g.wb = sbyte(raw, pos)
+      pos = pos + 1
+    end
+    local npk = sbyte(raw, pos)
+    if not npk then rbad(name) end
+    g.pk = ssub(raw, pos + 1, pos + npk)
+    if #g.pk ~= npk then rbad(name) end
+    pos = pos + 1 + npk
+    r.g = g
   end
+  if parts >= 2 then
+    local sf = sbyte(raw, pos)
+    if not sf then rbad(name) end
+    pos = pos + 1
+    local s = {rf = 1, sh = sf % 2 == 1}
+    if sf % 32 >= 16 then
+      ok, s.rf, pos = pcall(sunpack, '>I4', raw, pos)
+      if not ok then rbad(name) end
+    end
+    if sf % 4 >= 2 then
+      ok, s.tm, pos = pcall(sunpack, '>d', raw, pos)
+      if not ok then rbad(name) end
+    end
+    if sf % 8 >= 4 then s.ow = name end
+    if sf % 16 >= 8 then
+      local len
+      ok, len, pos = pcall(sunpack, '>H', raw, pos)
+      if not ok then rbad(name) end
+      s.ow = ssub(raw, pos, pos + len - 1)
+      if #s.ow ~= len then rbad(name) end
+      pos = pos + len
+    end
+    r.s = s
+  end
+  if pos ~= #raw + 1 then rbad(name) end
   return r
 end
 local function rencode(name, r)
@@ -1104,28 +1181,36 @@ local function member_parts(m)
 end
 
 -- Where a group's queue is: key and score.
+local SLOT = {[0] = '0', '1', '2', '3', '4', '5', '6', '7'}
 local function qloc(g)
-  if g.own then return P .. 'q:' .. g.gid, 0 end
-  return P .. 'Q:' .. floor(g.gid / 8), g.gid % 8
+  local k = g.qk
+  if not k then
+    if g.own then k = P .. 'q:' .. g.gid else k = P .. 'Q:' .. floor(g.gid / 8) end
+    g.qk = k
+  end
+  if g.own then return k, '0' end
+  return k, SLOT[g.gid % 8]
 end
 local function q_head(g)
   local k, slot = qloc(g)
-  if g.own then return call('ZRANGE', k, 0, 0)[1] end
-  return call('ZRANGE', k, slot, slot, 'BYSCORE', 'LIMIT', 0, 1)[1]
+  if g.own then return call('ZRANGE', k, '0', '0')[1] end
+  return call('ZRANGE', k, slot, slot, 'BYSCORE', 'LIMIT', '0', '1')[1]
 end
 local function q_add(g, member)
   local k, slot = qloc(g)
-  if not g.own and call('ZCARD', k) >= QBUCKET_MAX then
+  if not g.own and cos.card(k) >= QBUCKET_MAX then
     -- The shared bucket is full: this group's requests move to a key of their own.
     local mine = call('ZRANGE', k, slot, slot, 'BYSCORE')
     if #mine > 0 then
       call('ZREMRANGEBYSCORE', k, slot, slot)
+      CARD[k] = cos.card(k) - #mine
       cos.zadd_all(P .. 'q:' .. g.gid, mine)
     end
     g.own = true
-    k, slot = P .. 'q:' .. g.gid, 0
+    g.qk = nil
+    k, slot = qloc(g)
   end
-  call('ZADD', k, slot, member)
+  cos.zadd1(k, slot, member)
 end
 -- The order value of a group's head, or nil: a listed group's tier starts with it.
 local function head_v(key)
@@ -1157,7 +1242,12 @@ local function rank_member(key, head)
   if not v then v = -2 * I32_MIN + 1 end
   local ld = math.min(math.max(g.ld, 0), 1)
   local scaled = floor(ld * 65535 + 0.5)
-  local amount16 = f32_top16(amount_of(key))
+  local u = uses_of(key)
+  local amount16 = u.am16
+  if not amount16 then
+    amount16 = f32_top16(amount_of(key))
+    u.am16 = amount16
+  end
   return oenc(v) .. spack('>HHI5I4', scaled, 65535 - amount16, g.ls, g.gid) .. key
 end
 -- The tier of a rank member (or of a record's listing).
@@ -1500,13 +1590,13 @@ local function take_head(key)
   local k, slot = qloc(g)
   local two
   if g.own then
-    two = call('ZRANGE', k, 0, 1)
+    two = call('ZRANGE', k, '0', '1')
   else
-    two = call('ZRANGE', k, slot, slot, 'BYSCORE', 'LIMIT', 0, 2)
+    two = call('ZRANGE', k, slot, slot, 'BYSCORE', 'LIMIT', '0', '2')
   end
   local m = two[1]
   if not m then fail('CORRUPT', 'group ' .. key .. ' counts requests but has none') end
-  call('ZREM', k, m)
+  cos.zrem1(k, m)
   -- Still listed only when taken through the unthrottled lane: its listing holds the
   -- old last-served tick, so it goes before that changes.
   unlist(key)
@@ -1565,7 +1655,7 @@ local function evict_idle(now, budget)
   local max_idle = settings().max_idle_ns or 0
   if max_idle <= 0 then return end
   for _ = 1, budget do
-    local e = call('ZRANGE', KTI, 0, 0, 'WITHSCORES')
+    local e = call('ZRANGE', KTI, '0', '0', 'WITHSCORES')
     if #e == 0 then return end
     local name, lu = e[1], tonumber(e[2])
     if lu + max_idle > now then return end
@@ -1578,7 +1668,7 @@ local function evict_idle(now, budget)
         call('HDEL', KT, name)
         Tcache[name] = nil
         local v = call('HGET', P .. 'np', name)
-        if v and sbyte(v, 1) == 0 then call('HDEL', P .. 'np', name) end
+        if v and sbyte(v, '1') == 0 then call('HDEL', P .. 'np', name) end
         call('ZREM', KTI, name)
         cadd('evicted', 1)
       else
@@ -1712,7 +1802,7 @@ end
 
 -- Expired leases go back to their group with their sequence number (redelivery).
 local function redeliver_expired(now, limit)
-  local due = call('ZRANGEBYSCORE', KLX, '-inf', now, 'LIMIT', 0, limit)
+  local due = call('ZRANGEBYSCORE', KLX, '-inf', now, 'LIMIT', '0', limit)
   for _, seq in ipairs(due) do
     local rec = lease_load(seq)
     call('ZREM', KLX, seq)
@@ -1741,7 +1831,7 @@ local function decode_outcome(kind, a, b)
 end
 
 local function next_expiry()
-  local lx = call('ZRANGE', KLX, 0, 0, 'WITHSCORES')
+  local lx = call('ZRANGE', KLX, '0', '0', 'WITHSCORES')
   if #lx > 0 then return tonumber(lx[2]) end
   return -1
 end
@@ -1804,7 +1894,7 @@ local function mark_seen(fp)
   end
   if all then return false end
   for _, p in ipairs(pos) do
-    call('SETBIT', P .. 'bf:' .. floor(p / 1073741824), p % 1073741824, 1)
+    call('SETBIT', P .. 'bf:' .. floor(p / 1073741824), p % 1073741824, '1')
   end
   return true
 end
@@ -2125,18 +2215,24 @@ end
 -- ------------------------------------------------------------------ dispatch
 -- Starts a call on the crawl with key prefix `prefix`: forgets everything cached by the
 -- previous call (what follows from the settings alone stays, keyed by their text).
+local KEYC = {}   -- prefix -> its key names (the same for every call on the crawl)
 local function reset(prefix)
   bind()
   P = prefix
-  KC, KCFG, KT, KOV = P .. 'c', P .. 'cfg', P .. 't', P .. 'ov'
-  KCAND, KEV, KTI, KDR = P .. 'C', P .. 'E', P .. 'ti', P .. 'dr'
-  KL, KLX, KST = P .. 'L', P .. 'lx', P .. 'st'
+  local k = KEYC[P]
+  if not k then
+    k = {P .. 'c', P .. 'cfg', P .. 't', P .. 'ov', P .. 'C', P .. 'E', P .. 'ti', P .. 'dr',
+         P .. 'L', P .. 'lx', P .. 'st'}
+    KEYC[P] = k
+  end
+  KC, KCFG, KT, KOV, KCAND, KEV, KTI, KDR, KL, KLX, KST = unpack(k)
+  CARD = {}
   C, Cdirty, Cloaded = {}, false, false
   S, SRAW, SDIGEST, SC, EPOCH_S, LAYOUT_SEEN = nil, nil, nil, nil, nil, nil
   Pcache, Pkey = {}, {}
   NOW = nil
   Tcache = {}
-  Nb, R, Rdirty, U = {}, {}, {}, {}
+  Nb, R, Rdirty, U, NBK = {}, {}, {}, {}, {}
 end
 
 local bare = {init = true, callback = true, callback_name = true, debug_ns = true,
