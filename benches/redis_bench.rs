@@ -206,8 +206,9 @@ fn main() {
         + key_usage(&mut c, "{bench}:C*");
     let fp_usage = key_usage(&mut c, "{bench}:df");
     // Payload bytes of the queued members (a sample of buckets): each member is the
-    // order value (1 byte, 6 outside priorities -31..32), the sequence key (5 bytes),
-    // the flags byte, then the payload.
+    // order value (1 byte, 6 outside priorities -31..32), the sequence key (a length
+    // byte, or 255 - length for LIFO order, then that many bytes), the flags byte, then
+    // the payload.
     let (payload, sampled) = {
         let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("{bench}:Q:*").query(&mut c).unwrap();
         let mut total = 0i64;
@@ -221,7 +222,9 @@ fn main() {
                 .unwrap();
             for m in &members {
                 let order = if m[0] == 0 || m[0] == 255 { 6 } else { 1 };
-                total += m.len() as i64 - order - 5 - 1;
+                let lead = m[order];
+                let seq = 1 + if lead <= 6 { lead } else { 255 - lead } as usize;
+                total += (m.len() - order - seq - 1) as i64;
                 count += 1;
             }
         }

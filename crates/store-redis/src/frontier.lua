@@ -1073,16 +1073,17 @@ end
 
 -- ------------------------------------------------------------------ scheduler
 -- Groups and scopes are named by their keys (see "name records"). A group's queue is a
--- sorted set shared by 8 groups, Q:<number / 8>, each group's requests under the
--- score number % 8; a group that would push such a bucket past QBUCKET_MAX requests
+-- sorted set shared by 16 groups, Q:<number / 16>, each group's requests under the
+-- score number % 16; a group that would push such a bucket past QBUCKET_MAX requests
 -- moves to a key of its own, q:<number> (score 0). Queue members: the order value
 -- (priority and class, 1 byte for priorities -31..32, else 6), the sequence number's
--- order key (5 bytes: ascending FIFO, descending LIFO), the request's flags byte and its
--- payload. Candidates (C) and the groups parked on a shared scope (k:<scope>) are
--- chunked ordered sets of rank members: tier (the order value of the head's priority and
--- class as in the queue, then load and amount, 2 bytes each), last served (5), group
--- number (4), group key. Events (E): time (8, a double's bits),
--- then "\0" and a scope name (a timer) or "\1" and a sequence number (a delayed request).
+-- order key (venc below: 2 bytes below 256, 3 below 65,536 ...; ascending FIFO,
+-- descending LIFO), the request's flags byte and its payload. Candidates (C) and the
+-- groups parked on a shared scope (k:<scope>) are chunked ordered sets of rank members:
+-- tier (the order value of the head's priority and class as in the queue, then load and
+-- amount, 2 bytes each), last served (venc), group number (4), group key. Events (E):
+-- time (8, a double's bits), then "\0" and a scope name (a timer) or "\1" and a sequence
+-- number (a delayed request).
 local KCAND, KEV, KTI, KDR
 local QBUCKET_MAX = 120
 local SEQ_SPAN = 1099511627776           -- 2^40: sequence numbers and LIFO order keys
@@ -1154,10 +1155,33 @@ local function oenc(v)
   if v < 0 then return '\0' .. spack('>I5', v + 8589934592) end
   return '\255' .. spack('>I5', v + 8589934592)
 end
+-- Order-preserving variable-length unsigned integers below 2^48: a length byte (1-6) and
+-- that many big-endian bytes; with `desc`, the length byte is 255 - length and the bytes
+-- are complemented, which reverses the order (LIFO sequence keys).
+local IFMT = {'>I1', '>I2', '>I3', '>I4', '>I5', '>I6'}
+local function venc(x, desc)
+  local len = 1
+  if x >= 256 then
+    len = 2
+    while x >= 256 ^ len do len = len + 1 end
+  end
+  if desc then return schar(255 - len) .. spack(IFMT[len], 256 ^ len - 1 - x) end
+  return schar(len) .. spack(IFMT[len], x)
+end
+-- The number at `pos` and the position after it.
+local function vdec(m, pos, desc, what)
+  local b = sbyte(m, pos)
+  local len = b
+  if desc and b then len = 255 - b end
+  if not len or len < 1 or len > 6 or #m < pos + len then
+    fail('CORRUPT', what .. ': too short or damaged')
+  end
+  local x = sunpack(IFMT[len], m, pos + 1)
+  if desc then x = 256 ^ len - 1 - x end
+  return x, pos + 1 + len
+end
 local function order_prefix(priority, class, seq)
-  local sk = seq
-  if lifo(class) then sk = SEQ_SPAN - 1 - seq end
-  return oenc(-2 * priority + class) .. spack('>I5', sk)
+  return oenc(-2 * priority + class) .. venc(seq, lifo(class))
 end
 -- A queued member's order value and where its sequence key starts.
 local function member_order(m)
@@ -1173,23 +1197,22 @@ local function v_bucket(v) return -floor(v / 2), v % 2 end   -- (priority, class
 local function member_parts(m)
   local v, pos = member_order(m)
   local priority, class = v_bucket(v)
-  local sk = field('>I5', m, pos, 'a queued request')
-  if #m < pos + 5 then fail('CORRUPT', 'a queued request is truncated') end
-  local seq = sk
-  if lifo(class) then seq = SEQ_SPAN - 1 - sk end
-  return priority, class, seq, ssub(m, pos + 5)
+  local seq, at = vdec(m, pos, lifo(class), 'a queued request')
+  if #m < at then fail('CORRUPT', 'a queued request is truncated') end
+  return priority, class, seq, ssub(m, at)
 end
 
 -- Where a group's queue is: key and score.
-local SLOT = {[0] = '0', '1', '2', '3', '4', '5', '6', '7'}
+local SLOT = {[0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', '10', '11', '12', '13',
+              '14', '15'}
 local function qloc(g)
   local k = g.qk
   if not k then
-    if g.own then k = P .. 'q:' .. g.gid else k = P .. 'Q:' .. floor(g.gid / 8) end
+    if g.own then k = P .. 'q:' .. g.gid else k = P .. 'Q:' .. floor(g.gid / 16) end
     g.qk = k
   end
   if g.own then return k, '0' end
-  return k, SLOT[g.gid % 8]
+  return k, SLOT[g.gid % 16]
 end
 local function q_head(g)
   local k, slot = qloc(g)
@@ -1248,17 +1271,18 @@ local function rank_member(key, head)
     amount16 = f32_top16(amount_of(key))
     u.am16 = amount16
   end
-  return oenc(v) .. spack('>HHI5I4', scaled, 65535 - amount16, g.ls, g.gid) .. key
+  return oenc(v) .. spack('>HH', scaled, 65535 - amount16) .. venc(g.ls) .. spack('>I4', g.gid)
+    .. key
 end
 -- The tier of a rank member (or of a record's listing).
 local function tier_of(m) return ssub(m, 1, tier_len(m)) end
 local function member_key(m)
-  local at = tier_len(m) + 9
-  if #m < at then fail('CORRUPT', 'a ranked group entry is truncated') end
-  return ssub(m, at + 1)
+  local _, at = vdec(m, tier_len(m) + 1, false, 'a ranked group entry')
+  if #m < at + 3 then fail('CORRUPT', 'a ranked group entry is truncated') end
+  return ssub(m, at + 4)
 end
 -- The member a group is listed under (its tier is kept; the rest follows).
-local function listing(key, g) return g.tier .. spack('>I5I4', g.ls, g.gid) .. key end
+local function listing(key, g) return g.tier .. venc(g.ls) .. spack('>I4', g.gid) .. key end
 local function pkey(name) return P .. 'k:' .. name end
 
 local function unlist(key)

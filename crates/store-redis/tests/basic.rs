@@ -134,7 +134,8 @@ fn damaged_data_gives_typed_errors() {
 
     // A payload that does not decode: Corrupt naming its lease, which complete drops.
     // Group 0 (a.com) queues in bucket Q:0 under score 0; a member is the order value
-    // (1 byte at priority 0), the sequence key (5 bytes), the flags byte, the payload.
+    // (1 byte at priority 0), the sequence key (2 bytes for sequence number 0), the flags
+    // byte, the payload.
     let q: Vec<Vec<u8>> = redis::cmd("ZRANGE")
         .arg("{dmg}:Q:0")
         .arg(0)
@@ -143,7 +144,7 @@ fn damaged_data_gives_typed_errors() {
         .query(&mut c)
         .unwrap();
     assert_eq!(q.len(), 1, "a.com's one request");
-    let mut bad = q[0][..7].to_vec();
+    let mut bad = q[0][..4].to_vec();
     bad.extend_from_slice(b"\x09garbage");
     let _: () = redis::pipe()
         .cmd("ZREM")
