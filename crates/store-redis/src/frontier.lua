@@ -883,7 +883,10 @@ local function nbucket(name)
   return b
 end
 
--- Group part: '>I4I4BB' number, queued, state (0 idle, 1 candidate, 2 parked), flags (1
+-- A record starts with a byte of parts and short forms: 1 group part, 2 scope part, 4 the
+-- group's one scope is a domain (parameter key "1", left out), 8 queued < 256 (1 byte),
+-- 16 group number < 2^24 (3 bytes).
+-- Group part: number, queued, state (0 idle, 1 candidate, 2 parked), flags (1
 -- shared, 2 own queue key, 4 woken, 8 listed, 16 load, 32 parked, 64 delayed or active,
 -- 128 served); then delayed and active ('>I4I4'), last served ('>I5'), load (d), the
 -- listing's tier, the parked scope and the waking scope (indexes into the group's
@@ -893,6 +896,8 @@ end
 -- named, 16 users other than 1); then the users ('>I4'), the timer (d) and the owner's
 -- name ('>H' length, bytes).
 local GST = {[0] = 'I', 'C', 'P', I = 0, C = 1, P = 2}
+-- The group part's fixed fields by short forms (parts / 8): number, queued, state, flags.
+local RFMT = {[0] = '>I4I4BB', '>I4BBB', '>I3I4BB', '>I3BBB'}
 local function tier_len(t)
   local b = sbyte(t, 1)
   if b == 0 or b == 255 then return 10 end
@@ -901,13 +906,13 @@ end
 local function rbad(name) fail('CORRUPT', nbucket(name) .. '[' .. name .. ']: undecodable record') end
 local function rdecode(name, raw)
   local parts = sbyte(raw, 1)
-  if not parts or parts > 3 then rbad(name) end
+  if not parts or parts > 31 then rbad(name) end
   local r = {stored = true}
   local pos = 2
   local ok
   if parts % 2 == 1 then
     local gid, n, st, gf
-    ok, gid, n, st, gf, pos = pcall(sunpack, '>I4I4BB', raw, pos)
+    ok, gid, n, st, gf, pos = pcall(sunpack, RFMT[floor(parts / 8)], raw, pos)
     if not ok or not GST[st] then rbad(name) end
     local g = {gid = gid, n = n, dl = 0, a = 0, ls = 0, st = GST[st], ld = 0,
                sh = gf % 2 == 1, own = gf % 4 >= 2}
@@ -938,14 +943,18 @@ local function rdecode(name, raw)
       g.wb = sbyte(raw, pos)
       pos = pos + 1
     end
-    local npk = sbyte(raw, pos)
-    if not npk then rbad(name) end
-    g.pk = ssub(raw, pos + 1, pos + npk)
-    if #g.pk ~= npk then rbad(name) end
-    pos = pos + 1 + npk
+    if parts % 8 >= 4 then
+      g.pk = '1'
+    else
+      local npk = sbyte(raw, pos)
+      if not npk then rbad(name) end
+      g.pk = ssub(raw, pos + 1, pos + npk)
+      if #g.pk ~= npk then rbad(name) end
+      pos = pos + 1 + npk
+    end
     r.g = g
   end
-  if parts >= 2 then
+  if parts % 4 >= 2 then
     local sf = sbyte(raw, pos)
     if not sf then rbad(name) end
     pos = pos + 1
@@ -974,21 +983,26 @@ local function rdecode(name, raw)
 end
 local function rencode(name, r)
   local g, s = r.g, r.s
-  local out = {schar((g and 1 or 0) + (s and 2 or 0))}
+  local parts = (g and 1 or 0) + (s and 2 or 0)
+  local out = {''}
   if g then
+    local short = (g.pk == '1' and 4 or 0) + (g.n < 256 and 8 or 0) + (g.gid < 16777216 and 16 or 0)
+    parts = parts + short
     local counts = g.dl ~= 0 or g.a ~= 0
     local gf = (g.sh and 1 or 0) + (g.own and 2 or 0) + (g.wb and 4 or 0)
       + (g.tier and 8 or 0) + (g.ld ~= 0 and 16 or 0) + (g.ps and 32 or 0)
       + (counts and 64 or 0) + (g.ls ~= 0 and 128 or 0)
-    out[2] = spack('>I4I4BB', g.gid, g.n, GST[g.st], gf)
+    out[2] = spack(RFMT[floor(short / 8)], g.gid, g.n, GST[g.st], gf)
     if counts then out[#out + 1] = spack('>I4I4', g.dl, g.a) end
     if g.ls ~= 0 then out[#out + 1] = spack('>I5', g.ls) end
     if g.ld ~= 0 then out[#out + 1] = spack('>d', g.ld) end
     if g.tier then out[#out + 1] = g.tier end
     if g.ps then out[#out + 1] = schar(g.ps) end
     if g.wb then out[#out + 1] = schar(g.wb) end
-    out[#out + 1] = schar(#g.pk)
-    out[#out + 1] = g.pk
+    if g.pk ~= '1' then
+      out[#out + 1] = schar(#g.pk)
+      out[#out + 1] = g.pk
+    end
   end
   if s then
     local named = s.ow ~= nil and s.ow ~= name
@@ -999,6 +1013,7 @@ local function rencode(name, r)
     if s.tm then out[#out + 1] = spack('>d', s.tm) end
     if named then out[#out + 1] = spack('>H', #s.ow) .. s.ow end
   end
+  out[1] = schar(parts)
   return table.concat(out)
 end
 local function rec(name)
