@@ -13,7 +13,11 @@
 //! - `push_no_dupefilter`: the queue alone (as scrapy-redis's PriorityQueue):
 //!   `push_ops_s` (pipelined batches of 1,000 through one script call each) and
 //!   `redis_bytes_per_req`; then `layout`: `MEMORY USAGE` per kind of key, per queued
-//!   request and per host (where the bytes go);
+//!   request and per host (where the bytes go): `Q` the queue buckets (sorted sets shared
+//!   by 16 groups), `q` a group's own queue (one that outgrew its bucket), `N` the name
+//!   records (hash buckets: each host's group and scope record), `C` / `C|` the
+//!   candidates' index and leaves, `E` / `E|` events (timers, delayed requests), `c`,
+//!   `cfg`, `np`, `cbn`, `cbi` the crawl's counters, settings, parameters and callbacks;
 //! - `push`: the same with the duplicate filter: `push_ops_s`, `redis_bytes_per_req`
 //!   (queue and fingerprints), `redis_key_usage_bytes_per_req` (MEMORY USAGE of the
 //!   queue's keys), `avg_url_len`, `avg_payload_len`;
@@ -21,6 +25,10 @@
 //!   request: throttle checks and reservations on its scope, a lease record with its
 //!   expiry), and `pop_batch_ops_s` with `poll_batch(64)`; `poll_complete_ops_s`: `poll`
 //!   then `complete` (two calls per request);
+//! - `pop_workers`, `pop_batch_workers`: 4 threads, one connection each, popping the same
+//!   crawl until it is empty, one lease per call or `poll_batch(64)`: Redis runs one
+//!   script at a time, so with the round trips overlapped this is the server's own cost
+//!   per lease;
 //! - `dupefilter`: `redis_bytes_per_fp` (binary 64-bit fingerprints in a set) and
 //!   `dup_seen_ops_s` (pushes of already-seen URLs, pipelined);
 //! - `dupefilter_bloom`: the Bloom filter sized for N at 1%: `redis_bytes_per_fp`,
@@ -336,5 +344,44 @@ fn main() {
         "{{\"case\": \"poll_complete\", \"n\": {n}, \"poll_complete_ops_s\": {:.1}}}",
         n as f64 / pc_s
     );
+
+    // ------------------------------------------ several workers popping at once
+    // Each worker has its own connection; Redis runs one script at a time, so this
+    // measures the server's cost per lease once round trips overlap.
+    for (batch, label) in [(1usize, "pop_workers"), (64, "pop_batch_workers")] {
+        let f = refilled(&mut c, &url, "bench4", &reqs, now);
+        drop(f);
+        let t0 = Instant::now();
+        let popped: usize = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..WORKERS)
+                .map(|_| {
+                    let url = url.as_str();
+                    s.spawn(move || {
+                        let mut w =
+                            RedisFrontier::open(url, "bench4", settings(), RedisConfig::default())
+                                .unwrap();
+                        let mut got = 0usize;
+                        loop {
+                            let leases = w.poll_batch(now, batch).unwrap();
+                            if leases.is_empty() {
+                                return got;
+                            }
+                            got += leases.len();
+                        }
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap()).sum()
+        });
+        let s = t0.elapsed().as_secs_f64();
+        assert_eq!(popped, n);
+        println!(
+            "{{\"case\": \"{label}\", \"n\": {n}, \"workers\": {WORKERS}, \"batch\": {batch}, \"pop_ops_s\": {:.1}}}",
+            n as f64 / s
+        );
+    }
     let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
 }
+
+/// Workers (threads, one connection each) in the concurrent pop cases.
+const WORKERS: usize = 4;

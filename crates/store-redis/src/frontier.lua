@@ -137,17 +137,20 @@ local EPOCH_S
 local LAYOUT_SEEN
 -- Reads the crawl's layout, settings and epoch in one command (every timed call).
 local function load_cfg()
-  local v = call('HMGET', KCFG, 'layout', 'lua', 'epoch_s', 'digest')
-  LAYOUT_SEEN, SRAW, EPOCH_S = v[1], v[2], v[3]
-  SDIGEST = v[4]
+  local v = call('HMGET', KCFG, 'layout', 'epoch_s', 'digest')
+  LAYOUT_SEEN, EPOCH_S, SDIGEST = v[1], v[2], v[3]
+  -- The settings' text only when they are not decoded yet (by digest).
+  if not SDIGEST or not Scache[SDIGEST] then SRAW = call('HGET', KCFG, 'lua') end
 end
 local function settings()
   if not S then
-    if not SRAW then load_cfg() end
-    if not SRAW then fail('CONFIG', 'the crawl is not initialised (no settings)') end
+    if not LAYOUT_SEEN then load_cfg() end
     local ck = SDIGEST or SRAW
-    SC = Scache[ck]
+    SC = ck and Scache[ck]
     if not SC then
+      if not SRAW then SRAW = call('HGET', KCFG, 'lua') end
+      if not SRAW then fail('CONFIG', 'the crawl is not initialised (no settings)') end
+      ck = SDIGEST or SRAW
       local ok, t = pcall(cjson.decode, SRAW)
       if not ok then fail('CORRUPT', KCFG .. '[settings]: not JSON') end
       SC = {s = t, kinds = {}, named = {}}

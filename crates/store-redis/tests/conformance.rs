@@ -724,7 +724,11 @@ fn many_groups_through_chunked_structures() {
         s.start_order = rng.pick(&[StartOrder::Fifo, StartOrder::Same]);
         let request = |rng: &mut Rng, i: u64| {
             // Host 0 gets a tenth of all requests: more than its queue bucket holds.
-            let h = if i.is_multiple_of(10) { 0 } else { rng.below(400) };
+            let h = if i.is_multiple_of(10) {
+                0
+            } else {
+                rng.below(400)
+            };
             let mut r = Request::get(format!("https://h{h}.example/p/{i}"))
                 .priority(rng.below(9) as i32 - 4);
             if rng.below(25) == 0 {
