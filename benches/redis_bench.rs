@@ -29,6 +29,8 @@
 //!   crawl until it is empty, one lease per call or `poll_batch(64)`: Redis runs one
 //!   script at a time, so with the round trips overlapped this is the server's own cost
 //!   per lease;
+//! - `server_us_per_req`, `server_us_per_call`, `server_us_per_lease`: the server's time in
+//!   script calls for the phase (`INFO commandstats`), without round trips or the client;
 //! - `dupefilter`: `redis_bytes_per_fp` (binary 64-bit fingerprints in a set) and
 //!   `dup_seen_ops_s` (pushes of already-seen URLs, pipelined);
 //! - `dupefilter_bloom`: the Bloom filter sized for N at 1%: `redis_bytes_per_fp`,
@@ -49,6 +51,31 @@ fn used_memory(c: &mut redis::Connection) -> i64 {
         .find_map(|l| l.strip_prefix("used_memory:"))
         .and_then(|v| v.trim().parse().ok())
         .expect("used_memory")
+}
+
+/// Server time spent in script calls (`FCALL`, `EVALSHA`) since the last call of this
+/// function, in microseconds, and how many calls (`INFO commandstats`, then `CONFIG
+/// RESETSTAT`): the server's own cost, without the round trips.
+fn script_time(c: &mut redis::Connection) -> (f64, f64) {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(c).unwrap();
+    let (mut usec, mut calls) = (0.0, 0.0);
+    for line in info.lines() {
+        let Some(stats) = line
+            .strip_prefix("cmdstat_fcall:")
+            .or_else(|| line.strip_prefix("cmdstat_evalsha:"))
+        else {
+            continue;
+        };
+        for kv in stats.split(',') {
+            if let Some(v) = kv.strip_prefix("usec=") {
+                usec += v.trim().parse::<f64>().unwrap();
+            } else if let Some(v) = kv.strip_prefix("calls=") {
+                calls += v.trim().parse::<f64>().unwrap();
+            }
+        }
+    }
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(c).unwrap();
+    (usec, calls)
 }
 
 fn key_usage(c: &mut redis::Connection, pattern: &str) -> i64 {
@@ -174,18 +201,21 @@ fn main() {
         };
         let mut f = RedisFrontier::open(&url, "queue", settings(), config).unwrap();
         let mem0 = used_memory(&mut c);
+        script_time(&mut c);
         let t0 = Instant::now();
         for chunk in reqs.chunks(10_000) {
             f.push_all(chunk, now).unwrap();
         }
         let push_s = t0.elapsed().as_secs_f64();
+        let (push_us, _) = script_time(&mut c);
         // The pushing connection's input buffer (up to a pipeline of 10 calls of 1,000
         // requests) is not queue data: it goes with the connection.
         drop(f);
         let mem1 = used_memory(&mut c);
         println!(
-            "{{\"case\": \"push_no_dupefilter\", \"n\": {n}, \"d\": {hosts}, \"push_ops_s\": {:.1}, \"redis_bytes_per_req\": {:.1}, \"avg_url_len\": {url_len:.1}}}",
+            "{{\"case\": \"push_no_dupefilter\", \"n\": {n}, \"d\": {hosts}, \"push_ops_s\": {:.1}, \"server_us_per_req\": {:.1}, \"redis_bytes_per_req\": {:.1}, \"avg_url_len\": {url_len:.1}}}",
             n as f64 / push_s,
+            push_us / n as f64,
             (mem1 - mem0) as f64 / n as f64,
         );
         layout(&mut c, "queue", n, hosts);
@@ -293,6 +323,7 @@ fn main() {
     );
 
     // ----------------------------------------------------------------- pop
+    script_time(&mut c);
     let t0 = Instant::now();
     let mut popped = 0usize;
     let mut last_priority = i32::MAX;
@@ -305,14 +336,17 @@ fn main() {
         popped += 1;
     }
     let pop_s = t0.elapsed().as_secs_f64();
+    let (pop_us, pop_calls) = script_time(&mut c);
     assert_eq!(popped, n);
     println!(
-        "{{\"case\": \"pop\", \"n\": {n}, \"pop_ops_s\": {:.1}, \"order_errors\": {order_errors}}}",
-        n as f64 / pop_s
+        "{{\"case\": \"pop\", \"n\": {n}, \"pop_ops_s\": {:.1}, \"server_us_per_call\": {:.1}, \"order_errors\": {order_errors}}}",
+        n as f64 / pop_s,
+        pop_us / pop_calls.max(1.0)
     );
 
     // --------------------------------------------------------- batched pop
     let mut f = refilled(&mut c, &url, "bench3", &reqs, now);
+    script_time(&mut c);
     let t0 = Instant::now();
     let mut popped = 0usize;
     loop {
@@ -323,10 +357,12 @@ fn main() {
         popped += batch.len();
     }
     let popb_s = t0.elapsed().as_secs_f64();
+    let (popb_us, _) = script_time(&mut c);
     assert_eq!(popped, n);
     println!(
-        "{{\"case\": \"pop_batch\", \"n\": {n}, \"batch\": 64, \"pop_batch_ops_s\": {:.1}}}",
-        n as f64 / popb_s
+        "{{\"case\": \"pop_batch\", \"n\": {n}, \"batch\": 64, \"pop_batch_ops_s\": {:.1}, \"server_us_per_lease\": {:.1}}}",
+        n as f64 / popb_s,
+        popb_us / n as f64
     );
 
     // ------------------------------------------------------ poll + complete
@@ -351,6 +387,7 @@ fn main() {
     for (batch, label) in [(1usize, "pop_workers"), (64, "pop_batch_workers")] {
         let f = refilled(&mut c, &url, "bench4", &reqs, now);
         drop(f);
+        script_time(&mut c);
         let t0 = Instant::now();
         let popped: usize = std::thread::scope(|s| {
             let workers: Vec<_> = (0..WORKERS)
@@ -374,10 +411,13 @@ fn main() {
             workers.into_iter().map(|w| w.join().unwrap()).sum()
         });
         let s = t0.elapsed().as_secs_f64();
+        // Includes each worker's opening call (4 of them).
+        let (us, _) = script_time(&mut c);
         assert_eq!(popped, n);
         println!(
-            "{{\"case\": \"{label}\", \"n\": {n}, \"workers\": {WORKERS}, \"batch\": {batch}, \"pop_ops_s\": {:.1}}}",
-            n as f64 / s
+            "{{\"case\": \"{label}\", \"n\": {n}, \"workers\": {WORKERS}, \"batch\": {batch}, \"pop_ops_s\": {:.1}, \"server_us_per_lease\": {:.1}}}",
+            n as f64 / s,
+            us / n as f64
         );
     }
     let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
