@@ -3,7 +3,9 @@
 //! bytes per fingerprint. Measured like `shared/peers/bench_scrapy_redis.py` measures
 //! scrapy-redis: `INFO memory` `used_memory` before and after the pushes (delta / N;
 //! "after" once the pushing connection is closed: its input buffer, up to a pipeline of
-//! 10,000 requests, is not queue data), wall time of each phase, request building
+//! 10,000 requests, is not queue data; both readings after `CONFIG RESETSTAT`, which
+//! frees the latency histogram Redis allocates for each command on its first use, ~30 KB
+//! per kind of command the script calls), wall time of each phase, request building
 //! excluded.
 //!
 //!     cargo run --release -p workspace-benches --bin redis-bench -- [N] [HOSTS]
@@ -200,17 +202,20 @@ fn main() {
             ..RedisConfig::default()
         };
         let mut f = RedisFrontier::open(&url, "queue", settings(), config).unwrap();
-        let mem0 = used_memory(&mut c);
+        // Both memory readings follow a CONFIG RESETSTAT (in script_time): it frees the
+        // latency histograms Redis allocates per command on its first use (~30 KB each,
+        // for every command the script calls), which are not queue data.
         script_time(&mut c);
+        let mem0 = used_memory(&mut c);
         let t0 = Instant::now();
         for chunk in reqs.chunks(10_000) {
             f.push_all(chunk, now).unwrap();
         }
         let push_s = t0.elapsed().as_secs_f64();
-        let (push_us, _) = script_time(&mut c);
         // The pushing connection's input buffer (up to a pipeline of 10 calls of 1,000
-        // requests) is not queue data: it goes with the connection.
+        // requests) is not queue data either: it goes with the connection.
         drop(f);
+        let (push_us, _) = script_time(&mut c);
         let mem1 = used_memory(&mut c);
         println!(
             "{{\"case\": \"push_no_dupefilter\", \"n\": {n}, \"d\": {hosts}, \"push_ops_s\": {:.1}, \"server_us_per_req\": {:.1}, \"redis_bytes_per_req\": {:.1}, \"avg_url_len\": {url_len:.1}}}",
@@ -225,6 +230,7 @@ fn main() {
     // ------------------------------------------------ push with the dupefilter
     let mut f = RedisFrontier::open(&url, "bench", settings(), RedisConfig::default()).unwrap();
     // Warm the script cache and the callback table (not counted).
+    script_time(&mut c);
     let mem0 = used_memory(&mut c);
     let t0 = Instant::now();
     for chunk in reqs.chunks(10_000) {
@@ -235,6 +241,7 @@ fn main() {
     // As above: measured without the pushing connection's input buffer (a new handle on
     // the same crawl goes on with the pops).
     drop(f);
+    script_time(&mut c);
     let mem1 = used_memory(&mut c);
     let mut f = RedisFrontier::open(&url, "bench", settings(), RedisConfig::default()).unwrap();
     // The queue's keys: queue buckets and own queues, name records, candidates.

@@ -37,6 +37,8 @@ fn crawl_name() -> String {
 enum Step {
     Push(Request),
     Poll,
+    /// What the next poll would hand out, without leasing it.
+    Peek,
     /// Completes the `n`-th oldest lease still out (modulo their number).
     Complete(usize, Out),
     Retry(usize, Out, i32),
@@ -201,6 +203,14 @@ fn run_both_with(
                         Answer::Done(redis.complete(id, &o, now).unwrap()),
                     ),
                 }
+            }
+            Step::Peek => {
+                let pa = core.peek(now).unwrap();
+                let pb = redis.peek(now).unwrap();
+                (
+                    Answer::Text(format!("{:?}", pa.map(|r| r.url))),
+                    Answer::Text(format!("{:?}", pb.map(|r| r.url))),
+                )
             }
             Step::Advance(ms) => {
                 now += std::time::Duration::from_millis(*ms);
@@ -621,7 +631,8 @@ fn random_steps(rng: &mut Rng, n: usize) -> Vec<Step> {
                 }
                 Step::Push(r)
             }
-            30..=64 => Step::Poll,
+            30..=31 => Step::Peek,
+            32..=64 => Step::Poll,
             65..=76 => {
                 let out = match rng.below(10) {
                     0 => Out::Status(429),
@@ -746,7 +757,8 @@ fn many_groups_through_chunked_structures() {
         for i in 2000..6000 {
             let step = match rng.below(20) {
                 0..=2 => Step::Push(request(&mut rng, i)),
-                3..=11 => Step::Poll,
+                3 => Step::Peek,
+                4..=11 => Step::Poll,
                 12..=15 => Step::Complete(
                     rng.below(32) as usize,
                     if rng.below(15) == 0 {
