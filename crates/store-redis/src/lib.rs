@@ -72,7 +72,7 @@
 //! the group's) behind its order (1 byte for priorities -31..32), its sequence number
 //! (a length byte and 1-6 bytes; descending for LIFO order) and a flags byte: the
 //! sorted set orders a group's requests by priority, start class and sequence. At 5
-//! requests per host a queued request costs about its payload + 40 bytes of Redis
+//! requests per host a queued request costs about its payload + 38 bytes of Redis
 //! memory, the host's structures included (`redis-bench` prints where they go). A crawl
 //! written by layout 1 (a sorted set, a msgpack record and index entries per host) is
 //! refused with [`RedisStoreError::Version`]: drain it with the version that wrote it.
