@@ -1,8 +1,12 @@
 //! The Redis frontier next to scrapy-redis, on the peers' workload (their URL shapes and
 //! priorities): Redis memory per queued request, push and pop rates, duplicate-filter
 //! bytes per fingerprint. Measured like `shared/peers/bench_scrapy_redis.py` measures
-//! scrapy-redis: `INFO memory` `used_memory` before and after the pushes (delta / N),
-//! wall time of each phase, request building excluded.
+//! scrapy-redis: `INFO memory` `used_memory` before and after the pushes (delta / N;
+//! "after" once the pushing connection is closed: its input buffer, up to a pipeline of
+//! 10,000 requests, is not queue data; both readings after `CONFIG RESETSTAT`, which
+//! frees the latency histogram Redis allocates for each command on its first use, ~30 KB
+//! per kind of command the script calls), wall time of each phase, request building
+//! excluded.
 //!
 //!     cargo run --release -p workspace-benches --bin redis-bench -- [N] [HOSTS]
 //!
@@ -11,7 +15,11 @@
 //! - `push_no_dupefilter`: the queue alone (as scrapy-redis's PriorityQueue):
 //!   `push_ops_s` (pipelined batches of 1,000 through one script call each) and
 //!   `redis_bytes_per_req`; then `layout`: `MEMORY USAGE` per kind of key, per queued
-//!   request and per host (where the bytes go);
+//!   request and per host (where the bytes go): `Q` the queue buckets (sorted sets shared
+//!   by 16 groups), `q` a group's own queue (one that outgrew its bucket), `N` the name
+//!   records (hash buckets: each host's group and scope record), `C` / `C|` the
+//!   candidates' index and leaves, `E` / `E|` events (timers, delayed requests), `c`,
+//!   `cfg`, `np`, `cbn`, `cbi` the crawl's counters, settings, parameters and callbacks;
 //! - `push`: the same with the duplicate filter: `push_ops_s`, `redis_bytes_per_req`
 //!   (queue and fingerprints), `redis_key_usage_bytes_per_req` (MEMORY USAGE of the
 //!   queue's keys), `avg_url_len`, `avg_payload_len`;
@@ -19,6 +27,12 @@
 //!   request: throttle checks and reservations on its scope, a lease record with its
 //!   expiry), and `pop_batch_ops_s` with `poll_batch(64)`; `poll_complete_ops_s`: `poll`
 //!   then `complete` (two calls per request);
+//! - `pop_workers`, `pop_batch_workers`: 4 threads, one connection each, popping the same
+//!   crawl until it is empty, one lease per call or `poll_batch(64)`: Redis runs one
+//!   script at a time, so with the round trips overlapped this is the server's own cost
+//!   per lease;
+//! - `server_us_per_req`, `server_us_per_call`, `server_us_per_lease`: the server's time in
+//!   script calls for the phase (`INFO commandstats`), without round trips or the client;
 //! - `dupefilter`: `redis_bytes_per_fp` (binary 64-bit fingerprints in a set) and
 //!   `dup_seen_ops_s` (pushes of already-seen URLs, pipelined);
 //! - `dupefilter_bloom`: the Bloom filter sized for N at 1%: `redis_bytes_per_fp`,
@@ -41,13 +55,38 @@ fn used_memory(c: &mut redis::Connection) -> i64 {
         .expect("used_memory")
 }
 
+/// Server time spent in script calls (`FCALL`, `EVALSHA`) since the last call of this
+/// function, in microseconds, and how many calls (`INFO commandstats`, then `CONFIG
+/// RESETSTAT`): the server's own cost, without the round trips.
+fn script_time(c: &mut redis::Connection) -> (f64, f64) {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(c).unwrap();
+    let (mut usec, mut calls) = (0.0, 0.0);
+    for line in info.lines() {
+        let Some(stats) = line
+            .strip_prefix("cmdstat_fcall:")
+            .or_else(|| line.strip_prefix("cmdstat_evalsha:"))
+        else {
+            continue;
+        };
+        for kv in stats.split(',') {
+            if let Some(v) = kv.strip_prefix("usec=") {
+                usec += v.trim().parse::<f64>().unwrap();
+            } else if let Some(v) = kv.strip_prefix("calls=") {
+                calls += v.trim().parse::<f64>().unwrap();
+            }
+        }
+    }
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(c).unwrap();
+    (usec, calls)
+}
+
 fn key_usage(c: &mut redis::Connection, pattern: &str) -> i64 {
-    let keys: Vec<String> = redis::cmd("KEYS").arg(pattern).query(c).unwrap();
+    let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg(pattern).query(c).unwrap();
     keys.iter()
         .map(|k| {
             redis::cmd("MEMORY")
                 .arg("USAGE")
-                .arg(k)
+                .arg(k.as_slice())
                 .arg("SAMPLES")
                 .arg(0)
                 .query::<Option<i64>>(c)
@@ -58,19 +97,28 @@ fn key_usage(c: &mut redis::Connection, pattern: &str) -> i64 {
 }
 
 /// Prints where a crawl's Redis memory goes: `MEMORY USAGE` summed per kind of key (the
-/// part of the name after the hash tag, up to a `:`), per queued request and per host.
+/// part of the name after the hash tag, up to a `:` or the `|` of a chunked set's leaf:
+/// `C` is the candidates' index, `C|` their leaves), per queued request and per host.
 fn layout(c: &mut redis::Connection, crawl: &str, n: usize, hosts: usize) {
-    let keys: Vec<String> = redis::cmd("KEYS")
+    let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
         .arg(format!("{{{crawl}}}:*"))
         .query(c)
         .unwrap();
     let mut kinds: std::collections::BTreeMap<String, (usize, i64)> = Default::default();
+    let tag = format!("{{{crawl}}}:");
     for k in &keys {
-        let rest = k.split_once("}:").map_or(k.as_str(), |(_, r)| r);
-        let kind = rest.split(':').next().unwrap_or(rest).to_owned();
+        let rest = k.strip_prefix(tag.as_bytes()).unwrap_or(k);
+        let cut = rest
+            .iter()
+            .position(|&b| b == b':' || b == b'|')
+            .unwrap_or(rest.len());
+        let mut kind = String::from_utf8_lossy(&rest[..cut]).into_owned();
+        if rest.get(cut) == Some(&b'|') {
+            kind.push('|');
+        }
         let usage = redis::cmd("MEMORY")
             .arg("USAGE")
-            .arg(k)
+            .arg(k.as_slice())
             .arg("SAMPLES")
             .arg(0)
             .query::<Option<i64>>(c)
@@ -154,16 +202,25 @@ fn main() {
             ..RedisConfig::default()
         };
         let mut f = RedisFrontier::open(&url, "queue", settings(), config).unwrap();
+        // Both memory readings follow a CONFIG RESETSTAT (in script_time): it frees the
+        // latency histograms Redis allocates per command on its first use (~30 KB each,
+        // for every command the script calls), which are not queue data.
+        script_time(&mut c);
         let mem0 = used_memory(&mut c);
         let t0 = Instant::now();
         for chunk in reqs.chunks(10_000) {
             f.push_all(chunk, now).unwrap();
         }
         let push_s = t0.elapsed().as_secs_f64();
+        // The pushing connection's input buffer (up to a pipeline of 10 calls of 1,000
+        // requests) is not queue data either: it goes with the connection.
+        drop(f);
+        let (push_us, _) = script_time(&mut c);
         let mem1 = used_memory(&mut c);
         println!(
-            "{{\"case\": \"push_no_dupefilter\", \"n\": {n}, \"d\": {hosts}, \"push_ops_s\": {:.1}, \"redis_bytes_per_req\": {:.1}, \"avg_url_len\": {url_len:.1}}}",
+            "{{\"case\": \"push_no_dupefilter\", \"n\": {n}, \"d\": {hosts}, \"push_ops_s\": {:.1}, \"server_us_per_req\": {:.1}, \"redis_bytes_per_req\": {:.1}, \"avg_url_len\": {url_len:.1}}}",
             n as f64 / push_s,
+            push_us / n as f64,
             (mem1 - mem0) as f64 / n as f64,
         );
         layout(&mut c, "queue", n, hosts);
@@ -173,6 +230,7 @@ fn main() {
     // ------------------------------------------------ push with the dupefilter
     let mut f = RedisFrontier::open(&url, "bench", settings(), RedisConfig::default()).unwrap();
     // Warm the script cache and the callback table (not counted).
+    script_time(&mut c);
     let mem0 = used_memory(&mut c);
     let t0 = Instant::now();
     for chunk in reqs.chunks(10_000) {
@@ -180,32 +238,42 @@ fn main() {
         assert!(out.iter().all(|o| matches!(o, PushOutcome::Queued(_))));
     }
     let push_s = t0.elapsed().as_secs_f64();
+    // As above: measured without the pushing connection's input buffer (a new handle on
+    // the same crawl goes on with the pops).
+    drop(f);
+    script_time(&mut c);
     let mem1 = used_memory(&mut c);
-    let queue_usage = key_usage(&mut c, "{bench}:q:*")
-        + key_usage(&mut c, "{bench}:g:*")
-        + key_usage(&mut c, "{bench}:cand")
-        + key_usage(&mut c, "{bench}:gk");
+    let mut f = RedisFrontier::open(&url, "bench", settings(), RedisConfig::default()).unwrap();
+    // The queue's keys: queue buckets and own queues, name records, candidates.
+    let queue_usage = key_usage(&mut c, "{bench}:Q:*")
+        + key_usage(&mut c, "{bench}:q:*")
+        + key_usage(&mut c, "{bench}:N:*")
+        + key_usage(&mut c, "{bench}:C*");
     let fp_usage = key_usage(&mut c, "{bench}:df");
-    let payload: i64 = {
-        let keys: Vec<String> = redis::cmd("KEYS").arg("{bench}:q:*").query(&mut c).unwrap();
+    // Payload bytes of the queued members (a sample of buckets): each member is the
+    // order value (1 byte, 6 outside priorities -31..32), the sequence key (a length
+    // byte, or 255 - length for LIFO order, then that many bytes), the flags byte, then
+    // the payload.
+    let (payload, sampled) = {
+        let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("{bench}:Q:*").query(&mut c).unwrap();
         let mut total = 0i64;
+        let mut count = 0i64;
         for k in keys.iter().take(200) {
             let members: Vec<Vec<u8>> = redis::cmd("ZRANGE")
-                .arg(k)
+                .arg(k.as_slice())
                 .arg(0)
                 .arg(-1)
                 .query(&mut c)
                 .unwrap();
-            total += members.iter().map(|m| m.len() as i64 - 14).sum::<i64>();
+            for m in &members {
+                let order = if m[0] == 0 || m[0] == 255 { 6 } else { 1 };
+                let lead = m[order];
+                let seq = 1 + if lead <= 6 { lead } else { 255 - lead } as usize;
+                total += (m.len() - order - seq - 1) as i64;
+                count += 1;
+            }
         }
-        total
-    };
-    let sampled: i64 = {
-        let keys: Vec<String> = redis::cmd("KEYS").arg("{bench}:q:*").query(&mut c).unwrap();
-        keys.iter()
-            .take(200)
-            .map(|k| redis::cmd("ZCARD").arg(k).query::<i64>(&mut c).unwrap())
-            .sum()
+        (total, count)
     };
     println!(
         "{{\"case\": \"push\", \"n\": {n}, \"d\": {hosts}, \"push_ops_s\": {:.1}, \"redis_bytes_per_req\": {:.1}, \"redis_key_usage_bytes_per_req\": {:.1}, \"avg_url_len\": {url_len:.1}, \"avg_payload_len\": {:.1}}}",
@@ -245,7 +313,7 @@ fn main() {
             bytes as f64 / n as f64,
             n as f64 / bloom_s
         );
-        let keys: Vec<String> = redis::cmd("KEYS").arg("{bloom}:*").query(&mut c).unwrap();
+        let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("{bloom}:*").query(&mut c).unwrap();
         let _: () = redis::cmd("DEL").arg(keys).query(&mut c).unwrap();
     }
 
@@ -262,6 +330,7 @@ fn main() {
     );
 
     // ----------------------------------------------------------------- pop
+    script_time(&mut c);
     let t0 = Instant::now();
     let mut popped = 0usize;
     let mut last_priority = i32::MAX;
@@ -274,14 +343,17 @@ fn main() {
         popped += 1;
     }
     let pop_s = t0.elapsed().as_secs_f64();
+    let (pop_us, pop_calls) = script_time(&mut c);
     assert_eq!(popped, n);
     println!(
-        "{{\"case\": \"pop\", \"n\": {n}, \"pop_ops_s\": {:.1}, \"order_errors\": {order_errors}}}",
-        n as f64 / pop_s
+        "{{\"case\": \"pop\", \"n\": {n}, \"pop_ops_s\": {:.1}, \"server_us_per_call\": {:.1}, \"order_errors\": {order_errors}}}",
+        n as f64 / pop_s,
+        pop_us / pop_calls.max(1.0)
     );
 
     // --------------------------------------------------------- batched pop
     let mut f = refilled(&mut c, &url, "bench3", &reqs, now);
+    script_time(&mut c);
     let t0 = Instant::now();
     let mut popped = 0usize;
     loop {
@@ -292,10 +364,12 @@ fn main() {
         popped += batch.len();
     }
     let popb_s = t0.elapsed().as_secs_f64();
+    let (popb_us, _) = script_time(&mut c);
     assert_eq!(popped, n);
     println!(
-        "{{\"case\": \"pop_batch\", \"n\": {n}, \"batch\": 64, \"pop_batch_ops_s\": {:.1}}}",
-        n as f64 / popb_s
+        "{{\"case\": \"pop_batch\", \"n\": {n}, \"batch\": 64, \"pop_batch_ops_s\": {:.1}, \"server_us_per_lease\": {:.1}}}",
+        n as f64 / popb_s,
+        popb_us / n as f64
     );
 
     // ------------------------------------------------------ poll + complete
@@ -313,5 +387,48 @@ fn main() {
         "{{\"case\": \"poll_complete\", \"n\": {n}, \"poll_complete_ops_s\": {:.1}}}",
         n as f64 / pc_s
     );
+
+    // ------------------------------------------ several workers popping at once
+    // Each worker has its own connection; Redis runs one script at a time, so this
+    // measures the server's cost per lease once round trips overlap.
+    for (batch, label) in [(1usize, "pop_workers"), (64, "pop_batch_workers")] {
+        let f = refilled(&mut c, &url, "bench4", &reqs, now);
+        drop(f);
+        script_time(&mut c);
+        let t0 = Instant::now();
+        let popped: usize = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..WORKERS)
+                .map(|_| {
+                    let url = url.as_str();
+                    s.spawn(move || {
+                        let mut w =
+                            RedisFrontier::open(url, "bench4", settings(), RedisConfig::default())
+                                .unwrap();
+                        let mut got = 0usize;
+                        loop {
+                            let leases = w.poll_batch(now, batch).unwrap();
+                            if leases.is_empty() {
+                                return got;
+                            }
+                            got += leases.len();
+                        }
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap()).sum()
+        });
+        let s = t0.elapsed().as_secs_f64();
+        // Includes each worker's opening call (4 of them).
+        let (us, _) = script_time(&mut c);
+        assert_eq!(popped, n);
+        println!(
+            "{{\"case\": \"{label}\", \"n\": {n}, \"workers\": {WORKERS}, \"batch\": {batch}, \"pop_ops_s\": {:.1}, \"server_us_per_lease\": {:.1}}}",
+            n as f64 / s,
+            us / n as f64
+        );
+    }
     let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
 }
+
+/// Workers (threads, one connection each) in the concurrent pop cases.
+const WORKERS: usize = 4;

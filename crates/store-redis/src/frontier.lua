@@ -8,8 +8,9 @@
 -- The client loads this file as a Redis 7 function library (FUNCTION LOAD once, FCALL
 -- per operation: the definitions below run once, not on every call), or as a script
 -- (EVALSHA, for servers without functions). Everything cached between the reset() at the
--- start of a call and its end belongs to that call, except decoded parameter JSON, which
--- is keyed by its content.
+-- start of a call and its end belongs to that call, except what is derived from the
+-- crawl's settings alone (decoded settings and scope parameters), which is keyed by the
+-- settings' own text.
 --
 -- The logic is a line-by-line port of throttle-core (scope.rs, throttler.rs) and
 -- frontier-core (scheduler.rs, frontier.rs): the same state, the same arithmetic in IEEE
@@ -17,31 +18,38 @@
 -- the same timeline gives the same decisions as the in-process frontier. Times are
 -- nanoseconds since the crawl's epoch, exact in doubles for 104 days.
 --
+-- Layout 2 (compact): every record is a fixed-layout binary string (struct.pack), small
+-- records are bucketed into hashes and sorted sets small enough for Redis to keep them
+-- as listpacks (under the default *-max-listpack-entries 128 and -value 64), and a large
+-- sorted collection is cut into such small sorted sets under an index ("chunked ordered
+-- sets", below). See the crate documentation for the keys.
+--
 -- Errors raised on purpose start with "PF" and a code the client maps to typed errors:
 -- PFCORRUPT (a value that does not decode), PFCONFIG (an invalid argument),
 -- PFVERSION (another layout version).
 
+local CN = {'seq', 'queued', 'delayed', 'inf', 'tick', 'gnext', 'groups', 'rh', 'rl', 'tclk',
+            'dmax', 'ovn', 'enq', 'deq', 'leased', 'acked', 'retried', 'redel', 'evicted',
+            'hL', 'hS', 'hN'}
+local CFMT   -- '>ddd...' (set by bind: load-time code cannot reach `string`)
 local P
 -- Library functions, bound at each call by bind(): a function library's load-time code
 -- reaches none of them.
-local call, floor, huge, sbyte, schar, ssub, mp_pack, mp_unpack, spack, sunpack
-local band, bxor, rshift, lshift
+local call, floor, huge, sbyte, schar, ssub, spack, sunpack
 local function bind()
   call = redis.call
   floor, huge = math.floor, math.huge
   sbyte, schar, ssub = string.byte, string.char, string.sub
-  mp_pack, mp_unpack = cmsgpack.pack, cmsgpack.unpack
   spack, sunpack = struct.pack, struct.unpack
-  band, bxor, rshift, lshift = bit.band, bit.bxor, bit.rshift, bit.lshift
+  if not CFMT then CFMT = '>' .. string.rep('d', #CN) end
 end
 
-local LAYOUT = 1
+local LAYOUT = 2
 local MAX_LEVEL = 10000
 local RAMPUP_SNAP = 0.001
 local I32_MIN, I32_MAX = -2147483648, 2147483647
 local TWO32 = 4294967296
 
-local function K(s) return P .. s end
 local KC, KCFG
 
 local function fail(code, msg) error({err = 'PF' .. code .. ' ' .. msg}) end
@@ -54,18 +62,26 @@ local function field(fmt, v, pos, what)
   return a, b
 end
 
+-- A value for the reply: an integer when exact (Redis truncates Lua numbers to
+-- integers), its decimal text otherwise.
+local function num(x)
+  if x == floor(x) and x > -9007199254740992 and x < 9007199254740992 then return x end
+  return string.format('%.17g', x)
+end
+local function fmt(x) return string.format('%.17g', x) end
 
--- ------------------------------------------------------------------ packed records
-local function hload(key, field)
-  local v = call('HGET', key, field)
+-- ------------------------------------------------------------------ msgpack records
+-- (only the rare per-scope overrides use them)
+local function hload(key, f)
+  local v = call('HGET', key, f)
   if not v then return nil end
-  local ok, t = pcall(mp_unpack, v)
+  local ok, t = pcall(cmsgpack.unpack, v)
   if not ok or type(t) ~= 'table' then
-    fail('CORRUPT', key .. '[' .. field .. ']: undecodable record')
+    fail('CORRUPT', key .. '[' .. f .. ']: undecodable record')
   end
   return t
 end
-local function hsave(key, field, t) call('HSET', key, field, mp_pack(t)) end
+local function hsave(key, f, t) call('HSET', key, f, cmsgpack.pack(t)) end
 -- HSET of many field/value pairs (a flat list), in chunks the Lua stack allows.
 local function hset_many(key, flat)
   for i = 1, #flat, 2000 do
@@ -73,87 +89,136 @@ local function hset_many(key, flat)
   end
 end
 
--- ------------------------------------------------------------------ counters (cached)
-local C = {}          -- counter cache for this call
-local Cdirty = {}
+-- ------------------------------------------------------------------ counters
+-- One string of doubles, read once per call (GET) and written once if changed (SET).
+local C = {}
+local Cdirty = false
 local Cloaded = false
-local function cget(name)
-  if not Cloaded then
-    Cloaded = true
-    local all = call('HGETALL', KC)
-    for i = 1, #all, 2 do
-      local v = tonumber(all[i + 1])
-      if v == nil then fail('CORRUPT', KC .. '[' .. all[i] .. ']: not a number') end
-      if C[all[i]] == nil then C[all[i]] = v end
-    end
+local function cload()
+  Cloaded = true
+  local raw = call('GET', KC)
+  if not raw then
+    for _, n in ipairs(CN) do C[n] = 0 end
+    return
   end
-  local v = C[name]
-  if v == nil then
-    v = 0
-    C[name] = v
+  if #raw ~= 8 * #CN then fail('CORRUPT', KC .. ': counters of the wrong size') end
+  C.seq, C.queued, C.delayed, C.inf, C.tick, C.gnext, C.groups, C.rh, C.rl, C.tclk, C.dmax,
+    C.ovn, C.enq, C.deq, C.leased, C.acked, C.retried, C.redel, C.evicted, C.hL, C.hS,
+    C.hN = sunpack(CFMT, raw)
+  for _, n in ipairs(CN) do
+    if C[n] ~= C[n] then fail('CORRUPT', KC .. ': counter ' .. n .. ' is not a number') end
   end
-  return v
 end
-local function cset(name, v) C[name] = v; Cdirty[name] = true end
+local function cget(name)
+  if not Cloaded then cload() end
+  return C[name]
+end
+local function cset(name, v)
+  if not Cloaded then cload() end
+  C[name] = v
+  Cdirty = true
+end
 local function cadd(name, d) cset(name, cget(name) + d) end
 local function cflush()
-  local args = {}
-  for k in pairs(Cdirty) do
-    args[#args + 1] = k
-    args[#args + 1] = string.format('%.17g', C[k])
-  end
-  if #args > 0 then hset_many(KC, args) end
+  if not Cdirty then return end
+  call('SET', KC, spack(CFMT, C.seq, C.queued, C.delayed, C.inf, C.tick, C.gnext, C.groups,
+    C.rh, C.rl, C.tclk, C.dmax, C.ovn, C.enq, C.deq, C.leased, C.acked, C.retried, C.redel,
+    C.evicted, C.hL, C.hS, C.hN))
+  Cdirty = false
 end
 
 -- ------------------------------------------------------------------ settings, params
-local S      -- global settings (decoded once per call)
+local S        -- this crawl's decoded settings
+local SRAW     -- the part of them the script reads, as text
+local SDIGEST  -- the SHA1 of everything init stored (the key of what is cached across calls)
+local Scache = {}   -- digest -> {s = settings, kinds = {ptr -> params}, named = {}}
+local SC            -- Scache[SRAW]
+local EPOCH_S
+local LAYOUT_SEEN
+-- Reads the crawl's layout, settings and epoch in one command (every timed call).
+local function load_cfg()
+  local v = call('HMGET', KCFG, 'layout', 'epoch_s', 'digest')
+  LAYOUT_SEEN, EPOCH_S, SDIGEST = v[1], v[2], v[3]
+  -- The settings' text only when they are not decoded yet (by digest).
+  if not SDIGEST or not Scache[SDIGEST] then SRAW = call('HGET', KCFG, 'lua') end
+end
 local function settings()
   if not S then
-    local raw = call('HGET', KCFG, 'lua')
-    if not raw then fail('CONFIG', 'the crawl is not initialised (no settings)') end
-    local ok, t = pcall(cjson.decode, raw)
-    if not ok then fail('CORRUPT', KCFG .. '[settings]: not JSON') end
-    S = t
+    if not LAYOUT_SEEN then load_cfg() end
+    local ck = SDIGEST or SRAW
+    SC = ck and Scache[ck]
+    if not SC then
+      if not SRAW then SRAW = call('HGET', KCFG, 'lua') end
+      if not SRAW then fail('CONFIG', 'the crawl is not initialised (no settings)') end
+      ck = SDIGEST or SRAW
+      local ok, t = pcall(cjson.decode, SRAW)
+      if not ok then fail('CORRUPT', KCFG .. '[settings]: not JSON') end
+      SC = {s = t, kinds = {}, named = {}}
+      Scache[ck] = SC
+    end
+    S = SC.s
   end
   return S
 end
 
 local Pcache = {}  -- scope name -> params, this call
-local Pkey = {}    -- scope name -> its entry in "np" when known from a group record
-local Pptr = {}    -- kind pointer -> JSON, this call
+local Pkey = {}    -- scope name -> its parameter key when known from a group record
 local Pblob = {}   -- JSON -> decoded params, kept across calls (keyed by content)
--- Params of a scope: its own configuration if named in the settings, else the default
--- of its kind ("0" IP, "1" domain, "2" other), resolved client-side.
-local function params_of(name, kind)
-  local p = Pcache[name]
-  if p then return p end
-  -- "np" maps a configured scope to its JSON and any other scope to "\0kind", the key
-  -- of its kind's defaults (no scope name starts with a NUL byte).
-  local raw = Pkey[name]
-  if raw == nil or sbyte(raw, 1) ~= 0 then raw = call('HGET', P .. 'np', name) end
-  if not raw and kind then raw = '\0' .. kind end
-  if not raw then fail('CORRUPT', 'scope ' .. name .. ' has no parameters') end
-  if sbyte(raw, 1) == 0 then
-    local ptr = raw
-    raw = Pptr[ptr]
-    if not raw then
-      raw = call('HGET', P .. 'np', ptr)
-      if not raw then fail('CORRUPT', 'no parameters for scope kind ' .. ptr) end
-      Pptr[ptr] = raw
-    end
-  end
+local function decode_params(raw, name)
   local t = Pblob[raw]
   if not t then
     local ok
     ok, t = pcall(cjson.decode, raw)
-    if not ok then fail('CORRUPT', 'scope parameters of ' .. name .. ' are not JSON') end
+    if not ok or type(t) ~= 'table' then
+      fail('CORRUPT', 'scope parameters of ' .. name .. ' are not JSON')
+    end
     local codes = {}
     for _, c in ipairs(t.codes) do codes[c] = true end
     t.codeset = codes
     Pblob[raw] = t
   end
-  Pcache[name] = t
   return t
+end
+-- Parameters of a scope kind ("0" IP, "1" domain, "2" other) or of a scope configured
+-- by name: they follow from the settings alone, so they are cached with them.
+local function kind_params(ptr)
+  settings()
+  local t = SC.kinds[ptr]
+  if not t then
+    local raw = call('HGET', P .. 'np', ptr)
+    if not raw then fail('CORRUPT', 'no parameters for scope kind ' .. ptr) end
+    t = decode_params(raw, ptr)
+    SC.kinds[ptr] = t
+  end
+  return t
+end
+-- Params of a scope: its own configuration if named in the settings, else the default
+-- of its kind, resolved client-side. "np" maps a configured scope to its JSON and any
+-- other scope to "\0kind", the key of its kind's defaults (no scope name starts with a
+-- NUL byte).
+local function params_of(name, kind)
+  local p = Pcache[name]
+  if p then return p end
+  local pk = Pkey[name]
+  if pk and pk ~= 'N' then
+    p = kind_params('\0' .. pk)
+  else
+    settings()
+    p = SC.named[name]
+    if not p then
+      local raw = call('HGET', P .. 'np', name)
+      if not raw and kind then raw = '\0' .. kind end
+      if not raw then fail('CORRUPT', 'scope ' .. name .. ' has no parameters') end
+      if sbyte(raw, 1) == 0 then
+        p = kind_params(raw)
+      else
+        p = decode_params(raw, name)
+        SC.named[name] = p
+      end
+    end
+  end
+  Pcache[name] = p
+  return p
 end
 
 -- ------------------------------------------------------------------ time
@@ -192,11 +257,12 @@ local function secs_to_ns(secs)
   return q
 end
 
+
 local NOW            -- the call's time (ns since the crawl epoch)
 local function read_now(arg)
   if arg == 'server' then
     local t = call('TIME')
-    local es = tonumber(call('HGET', KCFG, 'epoch_s') or '')
+    local es = tonumber(EPOCH_S or '')
     if not es then fail('CONFIG', 'server time needs the crawl epoch (init)') end
     return (tonumber(t[1]) - es) * 1e9 + tonumber(t[2]) * 1000
   end
@@ -213,7 +279,6 @@ local function tclamp(now)
 end
 
 -- ------------------------------------------------------------------ SplitMix64 jitter
-local function u32(x) return x % TWO32 end
 -- (a * b) mod 2^32 for 32-bit a, b, exactly.
 local function mul32lo(a, b)
   local a1, a0 = floor(a / 65536), a % 65536
@@ -239,9 +304,10 @@ local function mul64(ah, al, bh, bl)
   return hi, lo
 end
 local function xor_shr(h, l, n)             -- (h,l) ^ ((h,l) >> n), 0 < n < 32
-  local sl = u32(bit.bor(rshift(l, n), lshift(h, 32 - n)))
-  local sh = u32(rshift(h, n))
-  return u32(bxor(h, sh)), u32(bxor(l, sl))
+  local b = bit
+  local sl = b.bor(b.rshift(l, n), b.lshift(h, 32 - n)) % TWO32
+  local sh = b.rshift(h, n) % TWO32
+  return b.bxor(h, sh) % TWO32, b.bxor(l, sl) % TWO32
 end
 local function rng_next_f64()
   local h, l = cget('rh'), cget('rl')
@@ -457,6 +523,8 @@ local function is_trigger(p, outcome)
 end
 
 -- Overrides (live changes and Crawl-delay results), by scope name.
+
+-- Overrides (live changes and Crawl-delay results), by scope name.
 local KOV
 -- No lookup at all while the crawl has no override (the counter "ovn" counts them).
 local function override_of(name)
@@ -468,13 +536,51 @@ local function override_save(name, ov, existed)
   if not existed then cadd('ovn', 1) end
 end
 
+-- A scope state in "t": a byte saying which optional times are set (1 last sent, 2 ramp
+-- start, 4 quota start, 8 robots floor), 14 doubles, then the optional ones.
+local TFMT = '>Bdddddddddddddd'
+local function tdecode(name, raw)
+  local ok, bits, bd, d, c, a, lv, na, hu, ba, wt, qc, sn, dn, tr, lu, pos = pcall(sunpack, TFMT, raw)
+  if not ok then fail('CORRUPT', KT .. '[' .. name .. ']: undecodable scope state') end
+  local s = {bd = bd, d = d, c = c, a = a, lv = lv, na = na, hu = hu, ba = ba, wt = wt,
+             qc = qc, sn = sn, dn = dn, tr = tr, lu = lu}
+  if bits > 0 then
+    local o = {}
+    ok, o[1], o[2], o[3], o[4] = pcall(sunpack, '>' .. string.rep('d', (bits % 2) + floor(bits / 2) % 2
+      + floor(bits / 4) % 2 + floor(bits / 8) % 2), raw, pos)
+    if not ok then fail('CORRUPT', KT .. '[' .. name .. ']: undecodable scope state') end
+    local i = 1
+    if bits % 2 == 1 then s.ls = o[i]; i = i + 1 end
+    if bits % 4 >= 2 then s.rs = o[i]; i = i + 1 end
+    if bits % 8 >= 4 then s.qs = o[i]; i = i + 1 end
+    if bits % 16 >= 8 then s.rf = o[i]; i = i + 1 end
+    pos = o[i]
+  end
+  if pos ~= #raw + 1 or bits > 15 then
+    fail('CORRUPT', KT .. '[' .. name .. ']: undecodable scope state')
+  end
+  return s
+end
+local function tencode(s)
+  local bits = (s.ls and 1 or 0) + (s.rs and 2 or 0) + (s.qs and 4 or 0) + (s.rf and 8 or 0)
+  local out = spack(TFMT, bits, s.bd, s.d, s.c, s.a, s.lv, s.na, s.hu, s.ba, s.wt, s.qc, s.sn,
+                    s.dn, s.tr, s.lu)
+  if s.ls then out = out .. spack('>d', s.ls) end
+  if s.rs then out = out .. spack('>d', s.rs) end
+  if s.qs then out = out .. spack('>d', s.qs) end
+  if s.rf then out = out .. spack('>d', s.rf) end
+  return out
+end
+
 -- The state of `name`, created if needed, brought up to `now`, marked used.
 -- Returns state, params.
 local function tfind(name)
   local st = Tcache[name]
   if st then return st end
-  st = hload(KT, name)
-  if st then Tcache[name] = st end
+  local raw = call('HGET', KT, name)
+  if not raw then return nil end
+  st = tdecode(name, raw)
+  Tcache[name] = st
   return st
 end
 local function tresolve(name, now)
@@ -499,7 +605,7 @@ local function tflush()
   local args = {}
   for name, st in pairs(Tcache) do
     args[#args + 1] = name
-    args[#args + 1] = mp_pack(st)
+    args[#args + 1] = tencode(st)
   end
   if #args > 0 then hset_many(KT, args) end
 end
@@ -605,231 +711,410 @@ local function release(permit, outcome, now)
   return load_of_names(permit.s)
 end
 
+-- ------------------------------------------------------------------ chunked ordered sets
+-- A set of binary members in byte order, as small sorted sets ("leaves", score 0, at most
+-- LEAF_MAX members, so that Redis keeps each as a listpack: ~2 bytes of overhead per
+-- member instead of ~100 in a big sorted set) under an index sorted set of separators.
+-- Leaf T|s holds the members m with s <= m < the next separator; the first separator is
+-- always "" (empty string). A member longer than 64 bytes only makes its leaf bigger.
+-- Leaves split above LEAF_MAX members; one left with fewer than LEAF_MIN joins the leaf
+-- before it when both fit in LEAF_MAX - LEAF_MIN. Small leaves keep each change cheap
+-- (Redis scans a listpack to find a member).
+local LEAF_MAX, LEAF_MIN = 64, 16
+local cos = {}   -- the operations, as one table (a function has at most 200 locals)
+
+-- Sizes of the small sorted sets touched in this call (leaves, queue buckets): read once
+-- with ZCARD, then kept up to date here.
+local CARD = {}
+function cos.card(key)
+  local n = CARD[key]
+  if not n then
+    n = call('ZCARD', key)
+    CARD[key] = n
+  end
+  return n
+end
+function cos.zadd1(key, score, m)
+  local a = call('ZADD', key, score, m)
+  local n = CARD[key]
+  if n then CARD[key] = n + a end
+end
+function cos.zrem1(key, m)
+  local a = call('ZREM', key, m)
+  local n = CARD[key]
+  if n then CARD[key] = n - a end
+  return a
+end
+
+-- The separator of the leaf that holds (or would hold) `k`; nil when the set is empty.
+function cos.find(T, k)
+  return call('ZREVRANGEBYLEX', T, '[' .. k, '-', 'LIMIT', '0', '1')[1]
+end
+
+function cos.zadd_all(key, members)
+  local args = {}
+  for i, m in ipairs(members) do args[2 * i - 1] = '0'; args[2 * i] = m end
+  for i = 1, #args, 2000 do
+    call('ZADD', key, unpack(args, i, math.min(i + 1999, #args)))
+  end
+  CARD[key] = nil
+end
+
+function cos.add(T, k)
+  local sep = cos.find(T, k)
+  if not sep then
+    call('ZADD', T, '0', '')
+    sep = ''
+  end
+  local L = T .. '|' .. sep
+  cos.zadd1(L, '0', k)
+  local n = cos.card(L)
+  if n <= LEAF_MAX then return end
+  -- Split: the upper half goes to a new leaf, or only the new member when it is the
+  -- leaf's last (members added in order fill their leaves).
+  local from = floor(n / 2)
+  if call('ZRANGE', L, '-1', '-1')[1] == k then from = n - 1 end
+  local moved = call('ZRANGE', L, from, '-1')
+  local a, b = call('ZRANGE', L, from - 1, from - 1)[1], moved[1]
+  local c = 0
+  while sbyte(a, c + 1) == sbyte(b, c + 1) do c = c + 1 end
+  local ns = ssub(b, 1, c + 1)       -- the shortest separator above a, not above b
+  cos.zadd_all(T .. '|' .. ns, moved)
+  call('ZREMRANGEBYRANK', L, from, '-1')
+  CARD[L] = from
+  call('ZADD', T, '0', ns)
+end
+
+-- After a member left leaf `sep` (key L): an emptied leaf goes, a small one joins the
+-- leaf before it when they fit together.
+function cos.shrunk(T, sep, L)
+  local n = cos.card(L)
+  if n == 0 then
+    CARD[L] = nil
+    if sep ~= '' then
+      call('ZREM', T, sep)
+    else
+      local nxt = call('ZRANGE', T, '1', '1')[1]
+      if nxt then
+        local NL = T .. '|' .. nxt
+        call('RENAME', NL, L)
+        CARD[L], CARD[NL] = CARD[NL], nil
+        call('ZREM', T, nxt)
+      else
+        call('DEL', T)
+      end
+    end
+  elseif n < LEAF_MIN and sep ~= '' then
+    local prev = call('ZREVRANGEBYLEX', T, '(' .. sep, '-', 'LIMIT', '0', '1')[1]
+    local PL = T .. '|' .. prev
+    if cos.card(PL) + n <= LEAF_MAX - LEAF_MIN then
+      cos.zadd_all(PL, call('ZRANGE', L, '0', '-1'))
+      call('DEL', L)
+      CARD[L] = nil
+      call('ZREM', T, sep)
+    end
+  end
+end
+-- Removes `k` from leaf `sep` (where it is).
+function cos.rem_at(T, sep, k)
+  local L = T .. '|' .. sep
+  if cos.zrem1(L, k) == 0 then return false end
+  cos.shrunk(T, sep, L)
+  return true
+end
+function cos.rem(T, k)
+  local sep = cos.find(T, k)
+  if not sep then return false end
+  return cos.rem_at(T, sep, k)
+end
+-- The first member and its leaf.
+function cos.first(T)
+  local sep = call('ZRANGE', T, '0', '0')[1]
+  if not sep then return nil end
+  local m = call('ZRANGE', T .. '|' .. sep, '0', '0')[1]
+  if not m then fail('CORRUPT', T .. '|' .. sep .. ': an indexed leaf is empty') end
+  return m, sep
+end
+function cos.pop(T)
+  local sep = call('ZRANGE', T, '0', '0')[1]
+  if not sep then return nil end
+  local L = T .. '|' .. sep
+  local m = call('ZPOPMIN', L)[1]
+  if not m then fail('CORRUPT', L .. ': an indexed leaf is empty') end
+  local n = CARD[L]
+  if n then CARD[L] = n - 1 end
+  cos.shrunk(T, sep, L)
+  return m
+end
+-- Deletes a whole set.
+function cos.del(T)
+  for _, sep in ipairs(call('ZRANGE', T, '0', '-1')) do
+    call('DEL', T .. '|' .. sep)
+    CARD[T .. '|' .. sep] = nil
+  end
+  call('DEL', T)
+end
+
+-- ------------------------------------------------------------------ name records
+-- One record per name in use, as a group key, a scheduler scope, or both (the common
+-- case: a host is its own group and that group's only scope). Records live in hash
+-- buckets N:<b>, field = the name, grown by linear hashing (at most ~48 records per
+-- bucket on average, so buckets stay listpacks). The group part carries the group's
+-- number (ties between never-served groups, and where its queue lives).
+local Nb = {}         -- name -> bucket key, this call (buckets split only at the end)
+local R = {}          -- name -> decoded record, or false when absent
+local Rdirty = {}
+local function nhash(name) return tonumber(ssub(redis.sha1hex(name), 1, 8), 16) end
+local NBK = {}        -- bucket number -> key, this call
+local function nbucket_of(h)
+  local m = 2 ^ cget('hL')
+  local b = h % m
+  if b < cget('hS') then b = h % (m * 2) end
+  local k = NBK[b]
+  if not k then
+    k = P .. 'N:' .. b
+    NBK[b] = k
+  end
+  return k
+end
+local function nbucket(name)
+  local b = Nb[name]
+  if not b then
+    b = nbucket_of(nhash(name))
+    Nb[name] = b
+  end
+  return b
+end
+
+-- A record starts with a byte of parts and short forms: 1 group part, 2 scope part, 4 the
+-- group's one scope is a domain (parameter key "1", left out), 8 queued < 256 (1 byte),
+-- 16 group number < 2^24 (3 bytes).
+-- Group part: number, queued, state (0 idle, 1 candidate, 2 parked), flags (1
+-- shared, 2 own queue key, 4 woken, 8 listed, 16 load, 32 parked, 64 delayed or active,
+-- 128 served); then delayed and active ('>I4I4'), last served ('>I5'), load (d), the
+-- listing's tier, the parked scope and the waking scope (indexes into the group's
+-- scopes, 1 byte each), the number of scopes and each one's parameter key (a kind digit,
+-- or N: configured by name). Absent optional fields are 0 or none.
+-- Scope part: flags (1 shared, 2 timer, 4 owner is the group of the same name, 8 owner
+-- named, 16 users other than 1); then the users ('>I4'), the timer (d) and the owner's
+-- name ('>H' length, bytes).
+local GST = {[0] = 'I', 'C', 'P', I = 0, C = 1, P = 2}
+-- The group part's fixed fields by short forms (parts / 8): number, queued, state, flags.
+local RFMT = {[0] = '>I4I4BB', '>I4BBB', '>I3I4BB', '>I3BBB'}
+local function tier_len(t)
+  local b = sbyte(t, 1)
+  if b == 0 or b == 255 then return 10 end
+  return 5
+end
+local function rbad(name) fail('CORRUPT', nbucket(name) .. '[' .. name .. ']: undecodable record') end
+local function rdecode(name, raw)
+  local parts = sbyte(raw, 1)
+  if not parts or parts > 31 then rbad(name) end
+  local r = {stored = true}
+  local pos = 2
+  local ok
+  if parts % 2 == 1 then
+    local gid, n, st, gf
+    ok, gid, n, st, gf, pos = pcall(sunpack, RFMT[floor(parts / 8)], raw, pos)
+    if not ok or not GST[st] then rbad(name) end
+    local g = {gid = gid, n = n, dl = 0, a = 0, ls = 0, st = GST[st], ld = 0,
+               sh = gf % 2 == 1, own = gf % 4 >= 2}
+    if gf % 128 >= 64 then
+      ok, g.dl, g.a, pos = pcall(sunpack, '>I4I4', raw, pos)
+      if not ok then rbad(name) end
+    end
+    if gf >= 128 then
+      ok, g.ls, pos = pcall(sunpack, '>I5', raw, pos)
+      if not ok then rbad(name) end
+    end
+    if gf % 32 >= 16 then
+      ok, g.ld, pos = pcall(sunpack, '>d', raw, pos)
+      if not ok then rbad(name) end
+    end
+    if gf % 16 >= 8 then
+      local b = sbyte(raw, pos)
+      local tl = (b == 0 or b == 255) and 10 or 5
+      g.tier = ssub(raw, pos, pos + tl - 1)
+      if #g.tier ~= tl then rbad(name) end
+      pos = pos + tl
+    end
+    if gf % 64 >= 32 then
+      g.ps = sbyte(raw, pos)
+      pos = pos + 1
+    end
+    if gf % 8 >= 4 then
+      g.wb = sbyte(raw, pos)
+      pos = pos + 1
+    end
+    if parts % 8 >= 4 then
+      g.pk = '1'
+    else
+      local npk = sbyte(raw, pos)
+      if not npk then rbad(name) end
+      g.pk = ssub(raw, pos + 1, pos + npk)
+      if #g.pk ~= npk then rbad(name) end
+      pos = pos + 1 + npk
+    end
+    r.g = g
+  end
+  if parts % 4 >= 2 then
+    local sf = sbyte(raw, pos)
+    if not sf then rbad(name) end
+    pos = pos + 1
+    local s = {rf = 1, sh = sf % 2 == 1}
+    if sf % 32 >= 16 then
+      ok, s.rf, pos = pcall(sunpack, '>I4', raw, pos)
+      if not ok then rbad(name) end
+    end
+    if sf % 4 >= 2 then
+      ok, s.tm, pos = pcall(sunpack, '>d', raw, pos)
+      if not ok then rbad(name) end
+    end
+    if sf % 8 >= 4 then s.ow = name end
+    if sf % 16 >= 8 then
+      local len
+      ok, len, pos = pcall(sunpack, '>H', raw, pos)
+      if not ok then rbad(name) end
+      s.ow = ssub(raw, pos, pos + len - 1)
+      if #s.ow ~= len then rbad(name) end
+      pos = pos + len
+    end
+    r.s = s
+  end
+  if pos ~= #raw + 1 then rbad(name) end
+  return r
+end
+local function rencode(name, r)
+  local g, s = r.g, r.s
+  local parts = (g and 1 or 0) + (s and 2 or 0)
+  local out = {''}
+  if g then
+    local short = (g.pk == '1' and 4 or 0) + (g.n < 256 and 8 or 0) + (g.gid < 16777216 and 16 or 0)
+    parts = parts + short
+    local counts = g.dl ~= 0 or g.a ~= 0
+    local gf = (g.sh and 1 or 0) + (g.own and 2 or 0) + (g.wb and 4 or 0)
+      + (g.tier and 8 or 0) + (g.ld ~= 0 and 16 or 0) + (g.ps and 32 or 0)
+      + (counts and 64 or 0) + (g.ls ~= 0 and 128 or 0)
+    out[2] = spack(RFMT[floor(short / 8)], g.gid, g.n, GST[g.st], gf)
+    if counts then out[#out + 1] = spack('>I4I4', g.dl, g.a) end
+    if g.ls ~= 0 then out[#out + 1] = spack('>I5', g.ls) end
+    if g.ld ~= 0 then out[#out + 1] = spack('>d', g.ld) end
+    if g.tier then out[#out + 1] = g.tier end
+    if g.ps then out[#out + 1] = schar(g.ps) end
+    if g.wb then out[#out + 1] = schar(g.wb) end
+    if g.pk ~= '1' then
+      out[#out + 1] = schar(#g.pk)
+      out[#out + 1] = g.pk
+    end
+  end
+  if s then
+    local named = s.ow ~= nil and s.ow ~= name
+    local sf = (s.sh and 1 or 0) + (s.tm and 2 or 0) + (s.ow == name and 4 or 0)
+      + (named and 8 or 0) + (s.rf ~= 1 and 16 or 0)
+    out[#out + 1] = schar(sf)
+    if s.rf ~= 1 then out[#out + 1] = spack('>I4', s.rf) end
+    if s.tm then out[#out + 1] = spack('>d', s.tm) end
+    if named then out[#out + 1] = spack('>H', #s.ow) .. s.ow end
+  end
+  out[1] = schar(parts)
+  return table.concat(out)
+end
+local function rec(name)
+  local r = R[name]
+  if r == nil then
+    local raw = call('HGET', nbucket(name), name)
+    if raw then r = rdecode(name, raw) else r = false end
+    R[name] = r
+  end
+  return r or nil
+end
+local function rec_make(name)
+  local r = rec(name)
+  if not r then
+    r = {}
+    R[name] = r
+  end
+  Rdirty[name] = true
+  return r
+end
+local function rmark(name) Rdirty[name] = true end
+
+-- Linear hashing: bucket hS splits into hS and hS + 2^hL; hS goes round 0 .. 2^hL - 1.
+local function nsplit()
+  while cget('hN') > 48 * (2 ^ cget('hL') + cget('hS')) do
+    local L, sp = cget('hL'), cget('hS')
+    local m = 2 ^ L
+    local src, dst = P .. 'N:' .. sp, P .. 'N:' .. (sp + m)
+    local all = call('HGETALL', src)
+    local move, gone = {}, {}
+    for i = 1, #all, 2 do
+      if nhash(all[i]) % (2 * m) ~= sp then
+        move[#move + 1] = all[i]
+        move[#move + 1] = all[i + 1]
+        gone[#gone + 1] = all[i]
+      end
+    end
+    if #gone > 0 then
+      hset_many(dst, move)
+      for i = 1, #gone, 1000 do call('HDEL', src, unpack(gone, i, math.min(i + 999, #gone))) end
+    end
+    sp = sp + 1
+    if sp == m then L, sp = L + 1, 0 end
+    cset('hL', L)
+    cset('hS', sp)
+  end
+end
+local function rflush()
+  local put = {}   -- bucket -> flat field/value list
+  for name in pairs(Rdirty) do
+    local r = R[name]
+    local b = nbucket(name)
+    if r and (r.g or r.s) then
+      put[b] = put[b] or {}
+      local t = put[b]
+      t[#t + 1] = name
+      t[#t + 1] = rencode(name, r)
+      if not r.stored then
+        r.stored = true
+        cadd('hN', 1)
+      end
+    elseif r and r.stored then
+      call('HDEL', b, name)
+      r.stored = false
+      cadd('hN', -1)
+    end
+  end
+  for b, flat in pairs(put) do hset_many(b, flat) end
+  Rdirty = {}
+  nsplit()
+end
+
 -- ------------------------------------------------------------------ scheduler
--- Group record g:<gid>: k key, u uses {{name, amount}}, s scope ids, am amount, n len,
--- dl delayed, a active, st state ('I', 'C', 'P'), ps parked scope, ls last served, ld
--- load, sh shared, wb woken by, m the member listing it (cand or pk:<sid>).
--- Queue q:<gid>: sorted set (score 0) of order(13) .. flags(1) .. payload.
--- Scope slot ss:<sid>: n name, tm timer, rf refs, sh shared, ow owner.
-local Gcache, Gdirty = {}, {}
-local SScache, SSdirty = {}, {}
-local KG, KSS
-local function qkey(gid) return P .. 'q:' .. gid end
-local function gload(gid) return hload(KG, gid) end
--- Caches a group record and what it tells about its scopes' parameters.
-local function gremember(gid, g)
-  Gcache[gid] = g
-  if g.pk then
-    for i, u in ipairs(g.u) do Pkey[u[1]] = g.pk[i] end
-  end
-  return g
-end
-local function G(gid)
-  local g = Gcache[gid]
-  if g == nil then
-    g = gload(gid)
-    if not g then fail('CORRUPT', 'group ' .. gid .. ' has no record') end
-    gremember(gid, g)
-  end
-  return g
-end
-local function gmark(gid) Gdirty[gid] = true end
-local function SS(sid)
-  local s = SScache[sid]
-  if s == nil then
-    s = hload(KSS, sid)
-    if not s then fail('CORRUPT', 'scope slot ' .. sid .. ' has no record') end
-    SScache[sid] = s
-  end
-  return s
-end
-local function ssmark(sid) SSdirty[sid] = true end
-local function flush_records(key, cache, dirty)
-  local put, del = {}, {}
-  for id in pairs(dirty) do
-    local r = cache[id]
-    if r.dead then
-      del[#del + 1] = id
-    else
-      put[#put + 1] = id
-      put[#put + 1] = mp_pack(r)
-    end
-  end
-  if #put > 0 then hset_many(key, put) end
-  for i = 1, #del, 1000 do call('HDEL', key, unpack(del, i, math.min(i + 999, #del))) end
-end
-local function sched_flush()
-  flush_records(KG, Gcache, Gdirty)
-  flush_records(KSS, SScache, SSdirty)
-end
+-- Groups and scopes are named by their keys (see "name records"). A group's queue is a
+-- sorted set shared by 16 groups, Q:<number / 16>, each group's requests under the
+-- score number % 16; a group that would push such a bucket past QBUCKET_MAX requests
+-- moves to a key of its own, q:<number> (score 0). Queue members: the order value
+-- (priority and class, 1 byte for priorities -31..32, else 6), the sequence number's
+-- order key (venc below: 2 bytes below 256, 3 below 65,536 ...; ascending FIFO,
+-- descending LIFO), the request's flags byte and its payload. Candidates (C) and the
+-- groups parked on a shared scope (k:<scope>) are chunked ordered sets of rank members:
+-- tier (the order value of the head's priority and class as in the queue, then load and
+-- amount, 2 bytes each), last served (venc), group number (4), group key. Events (E):
+-- time (8, a double's bits), then "\0" and a scope name (a timer) or "\1" and a sequence
+-- number (a delayed request).
+local KCAND, KEV, KTI, KDR
+local QBUCKET_MAX = 120
+local SEQ_SPAN = 1099511627776           -- 2^40: sequence numbers and LIFO order keys
 
-local KCAND, KEV, KGK, KSK, KTI
-
-local function class_of(start)
-  if start and settings().start_order ~= 'same' then return 1 end
-  return 0
-end
-local function lifo(class)
-  if class == 1 then return settings().start_order == 'lifo' end
-  return settings().scheduler_order == 'lifo'
-end
--- The queue member's order prefix: priority (desc), class (asc), seq (asc FIFO, desc LIFO).
-local function order_prefix(priority, class, seq)
-  local sk = seq
-  if lifo(class) then sk = 9007199254740991 - seq end
-  return spack('>I4BI8', I32_MAX - priority, class, sk)
-end
-local function member_bucket(m) -- (priority, class)
-  local p, c = field('>I4B', m, 1, 'a queued request')
-  return I32_MAX - p, c
-end
-local function member_seq(m, class)
-  local sk = field('>I8', m, 6, 'a queued request')
-  if lifo(class) then return 9007199254740991 - sk end
-  return sk
-end
-
-local function head_key(gid)
-  local h = call('ZRANGE', qkey(gid), 0, 0)[1]
-  if not h then return nil end
-  return ssub(h, 1, 5)
-end
-
--- Rank bytes: ascending = better. tier = priority desc, others before start, lower
--- load, larger amount; then least recently served, then lower group number.
-local function f32_top16(x)
-  if x ~= x or x == huge or x <= 0 then return 0 end
-  local s = struct.pack('>f', x)
-  return sbyte(s, 1) * 256 + sbyte(s, 2)
-end
-local function rank_member(gid, head)
-  local g = G(gid)
-  local h = head
-  if h == nil then h = head_key(gid) elseif h == false then h = nil end
-  local prio, class
-  if h then
-    prio, class = field('>I4B', h, 1, 'a queue head')
-    prio = I32_MAX - prio
-  else
-    prio, class = I32_MIN, 1
-  end
-  local ld = math.min(math.max(g.ld, 0), 1)
-  local scaled = floor(ld * 65535 + 0.5)
-  local amount16 = f32_top16(g.am)
-  local ls = math.min(g.ls, 9223372036854775807)
-  return spack('>I4BHHI8I4', I32_MAX - prio, class, scaled, 65535 - amount16, ls, gid)
-end
-local function member_gid(m) return (field('>I4', m, 18, 'a ranked group')) end
-local function member_tier(m) return ssub(m, 1, 9) end
-
-local function unlist(gid)
-  local g = G(gid)
-  if g.m then
-    if g.st == 'C' then call('ZREM', KCAND, g.m)
-    elseif g.st == 'P' then call('ZREM', P .. 'pk:' .. g.ps, g.m) end
-    g.m = nil
-  end
-end
-
-local function make_candidate(gid, woken, head)
-  unlist(gid)
-  local g = G(gid)
-  local m = rank_member(gid, head)
-  g.st = 'C'
-  g.wb = woken
-  g.m = m
-  gmark(gid)
-  call('ZADD', KCAND, 0, m)
-end
-
-local function park(gid, sid, head)
-  unlist(gid)
-  local g = G(gid)
-  local m = rank_member(gid, head)
-  g.st = 'P'
-  g.ps = sid
-  g.wb = nil
-  g.m = m
-  gmark(gid)
-  call('ZADD', P .. 'pk:' .. sid, 0, m)
-end
-
-local function arm(sid, at)
-  local s = SS(sid)
-  if s.tm == nil or at < s.tm then
-    s.tm = at
-    ssmark(sid)
-    call('ZADD', KEV, at, '\0' .. spack('>I4', sid))
-  end
-end
-
--- The best group still parked on `sid` (and its listing).
-local function best_parked(sid)
-  local key = P .. 'pk:' .. sid
-  while true do
-    local m = call('ZRANGE', key, 0, 0)[1]
-    if not m then return nil end
-    local gid = member_gid(m)
-    local g = Gcache[gid] or gload(gid)
-    if g then gremember(gid, g) end
-    if g and g.st == 'P' and g.ps == sid and g.m == m then
-      -- A group sharing a scope was ranked with the load it had when it parked: refresh
-      -- it (lazily, at the top) so equal-priority groups tie-break on today's load.
-      if not g.sh then return gid, m end
-      g.ld = tload(g.u)
-      gmark(gid)
-      local fresh = rank_member(gid)
-      if fresh == m then return gid, m end
-      call('ZREM', key, m)
-      call('ZADD', key, 0, fresh)
-      g.m = fresh
-    else
-      call('ZREM', key, m)  -- a stale listing
-    end
-  end
-end
-
-local function rearm(sid, now)
-  local gid, m = best_parked(sid)
-  if not gid then return end
-  local g = G(gid)
-  local amount = 1
-  for i, s in ipairs(g.s) do
-    if s == sid then amount = g.u[i][2]; break end
-  end
-  local why = check_scope(SS(sid).n, amount, now)
-  if why == nil then
-    make_candidate(gid, sid)
-  elseif why ~= 'blocked' then
-    arm(sid, why)
-  end
-end
-
-local function intern_scope(name)
-  local sid = tonumber(call('HGET', KSK, name) or '')
-  if sid then
-    local s = SS(sid)
-    s.rf = s.rf + 1
-    s.sh = true
-    ssmark(sid)
-    return sid
-  end
-  sid = tonumber(call('RPOP', P .. 'sfree') or '')
-  if not sid then
-    sid = cget('snext')
-    cset('snext', sid + 1)
-  end
-  SScache[sid] = {n = name, rf = 1, sh = false, ow = -1}
-  ssmark(sid)
-  call('HSET', KSK, name, sid)
-  call('ZREM', KTI, name)  -- in use again: not idle
-  return sid
-end
-
+local U = {}     -- group key -> {{name, amount}...}, this call
 -- Parses a group key: names sorted, joined by "\n", "\t" and the amount when not 1.
 local function parse_group_key(key)
   local uses = {}
   if key == '' then return uses end
+  if not string.find(key, '[\n\t]') then
+    uses[1] = {key, 1}
+    return uses
+  end
   for part in string.gmatch(key .. '\n', '([^\n]*)\n') do
     local name, amount = string.match(part, '^([^\t]+)\t(.+)$')
     if name then
@@ -843,241 +1128,562 @@ local function parse_group_key(key)
     if name == '' then fail('CORRUPT', 'invalid group key ' .. key) end
     uses[#uses + 1] = {name, amount}
   end
+  if #uses > 255 then fail('CONFIG', 'a request has more than 255 scopes') end
   return uses
+end
+local function uses_of(key)
+  local u = U[key]
+  if not u then
+    u = parse_group_key(key)
+    U[key] = u
+  end
+  return u
+end
+
+-- The group part of `key`'s record (which must exist); remembers its scopes' parameter
+-- keys.
+local function G(key)
+  local r = rec(key)
+  local g = r and r.g
+  if not g then fail('CORRUPT', 'group ' .. key .. ' has no record') end
+  if not g.seen then
+    g.seen = true
+    for i, u in ipairs(uses_of(key)) do Pkey[u[1]] = ssub(g.pk, i, i) end
+  end
+  return g
+end
+local function SSr(name)
+  local r = rec(name)
+  local s = r and r.s
+  if not s then fail('CORRUPT', 'scope ' .. name .. ' has no scheduler record') end
+  return s
+end
+
+local function class_of(start)
+  if start and settings().start_order ~= 'same' then return 1 end
+  return 0
+end
+local function lifo(class)
+  if class == 1 then return settings().start_order == 'lifo' end
+  return settings().scheduler_order == 'lifo'
+end
+-- Order value of (priority, class): ascending = served first.
+local function oenc(v)
+  if v >= -64 and v <= 63 then return schar(128 + v) end
+  if v < 0 then return '\0' .. spack('>I5', v + 8589934592) end
+  return '\255' .. spack('>I5', v + 8589934592)
+end
+-- Order-preserving variable-length unsigned integers below 2^48: a length byte (1-6) and
+-- that many big-endian bytes; with `desc`, the length byte is 255 - length and the bytes
+-- are complemented, which reverses the order (LIFO sequence keys).
+local IFMT = {'>I1', '>I2', '>I3', '>I4', '>I5', '>I6'}
+local function venc(x, desc)
+  local len = 1
+  if x >= 256 then
+    len = 2
+    while x >= 256 ^ len do len = len + 1 end
+  end
+  if desc then return schar(255 - len) .. spack(IFMT[len], 256 ^ len - 1 - x) end
+  return schar(len) .. spack(IFMT[len], x)
+end
+-- The number at `pos` and the position after it.
+local function vdec(m, pos, desc, what)
+  local b = sbyte(m, pos)
+  local len = b
+  if desc and b then len = 255 - b end
+  if not len or len < 1 or len > 6 or #m < pos + len then
+    fail('CORRUPT', what .. ': too short or damaged')
+  end
+  local x = sunpack(IFMT[len], m, pos + 1)
+  if desc then x = 256 ^ len - 1 - x end
+  return x, pos + 1 + len
+end
+local function order_prefix(priority, class, seq)
+  return oenc(-2 * priority + class) .. venc(seq, lifo(class))
+end
+-- A queued member's order value and where its sequence key starts.
+local function member_order(m)
+  local b = sbyte(m, 1)
+  if not b then fail('CORRUPT', 'an empty queued request') end
+  if b == 0 or b == 255 then
+    return field('>I5', m, 2, 'a queued request') - 8589934592, 7
+  end
+  return b - 128, 2
+end
+local function v_bucket(v) return -floor(v / 2), v % 2 end   -- (priority, class)
+-- (priority, class, seq, body) of a queued member; body = flags .. payload.
+local function member_parts(m)
+  local v, pos = member_order(m)
+  local priority, class = v_bucket(v)
+  local seq, at = vdec(m, pos, lifo(class), 'a queued request')
+  if #m < at then fail('CORRUPT', 'a queued request is truncated') end
+  return priority, class, seq, ssub(m, at)
+end
+
+-- Where a group's queue is: key and score.
+local SLOT = {[0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', '10', '11', '12', '13',
+              '14', '15'}
+local function qloc(g)
+  local k = g.qk
+  if not k then
+    if g.own then k = P .. 'q:' .. g.gid else k = P .. 'Q:' .. floor(g.gid / 16) end
+    g.qk = k
+  end
+  if g.own then return k, '0' end
+  return k, SLOT[g.gid % 16]
+end
+local function q_head(g)
+  local k, slot = qloc(g)
+  if g.own then return call('ZRANGE', k, '0', '0')[1] end
+  return call('ZRANGE', k, slot, slot, 'BYSCORE', 'LIMIT', '0', '1')[1]
+end
+local function q_add(g, member)
+  local k, slot = qloc(g)
+  if not g.own and cos.card(k) >= QBUCKET_MAX then
+    -- The shared bucket is full: this group's requests move to a key of their own.
+    local mine = call('ZRANGE', k, slot, slot, 'BYSCORE')
+    if #mine > 0 then
+      call('ZREMRANGEBYSCORE', k, slot, slot)
+      CARD[k] = cos.card(k) - #mine
+      cos.zadd_all(P .. 'q:' .. g.gid, mine)
+    end
+    g.own = true
+    g.qk = nil
+    k, slot = qloc(g)
+  end
+  cos.zadd1(k, slot, member)
+end
+-- The order value of a group's head, or nil: a listed group's tier starts with it.
+local function head_v(key)
+  local g = G(key)
+  if g.n == 0 then return nil end
+  if g.tier then return (member_order(g.tier)) end
+  local h = q_head(g)
+  if not h then return nil end
+  return (member_order(h))
+end
+
+-- Rank members: ascending = better. tier = priority desc, others before start, lower
+-- load, larger amount; then least recently served, then lower group number.
+local function f32_top16(x)
+  if x ~= x or x == huge or x <= 0 then return 0 end
+  local s = spack('>f', x)
+  return sbyte(s, 1) * 256 + sbyte(s, 2)
+end
+local function amount_of(key)
+  local a = 0
+  for _, u in ipairs(uses_of(key)) do a = a + u[2] end
+  return a
+end
+-- `head`: the head's order value, nil (look it up) or false (none).
+local function rank_member(key, head)
+  local g = G(key)
+  local v = head
+  if v == nil then v = head_v(key) elseif v == false then v = nil end
+  if not v then v = -2 * I32_MIN + 1 end
+  local ld = math.min(math.max(g.ld, 0), 1)
+  local scaled = floor(ld * 65535 + 0.5)
+  local u = uses_of(key)
+  local amount16 = u.am16
+  if not amount16 then
+    amount16 = f32_top16(amount_of(key))
+    u.am16 = amount16
+  end
+  return oenc(v) .. spack('>HH', scaled, 65535 - amount16) .. venc(g.ls) .. spack('>I4', g.gid)
+    .. key
+end
+-- The tier of a rank member (or of a record's listing).
+local function tier_of(m) return ssub(m, 1, tier_len(m)) end
+local function member_key(m)
+  local _, at = vdec(m, tier_len(m) + 1, false, 'a ranked group entry')
+  if #m < at + 3 then fail('CORRUPT', 'a ranked group entry is truncated') end
+  return ssub(m, at + 4)
+end
+-- The member a group is listed under (its tier is kept; the rest follows).
+local function listing(key, g) return g.tier .. venc(g.ls) .. spack('>I4', g.gid) .. key end
+local function pkey(name) return P .. 'k:' .. name end
+
+local function unlist(key)
+  local g = G(key)
+  if g.tier then
+    if g.st == 'C' then
+      cos.rem(KCAND, listing(key, g))
+    elseif g.st == 'P' then
+      local name = uses_of(key)[g.ps][1]
+      if SSr(name).sh then cos.rem(pkey(name), listing(key, g)) end
+    end
+    g.tier = nil
+    rmark(key)
+  end
+end
+
+local function make_candidate(key, woken, head)
+  unlist(key)
+  local g = G(key)
+  local m = rank_member(key, head)
+  g.st = 'C'
+  g.wb = woken
+  g.ps = nil
+  g.tier = tier_of(m)
+  rmark(key)
+  cos.add(KCAND, m)
+end
+
+-- A group parked on scope number `i` of its own: listed there when the scope is shared;
+-- an unshared scope's one parked group is its owner (nothing to list).
+local function park(key, i, head)
+  unlist(key)
+  local g = G(key)
+  local m = rank_member(key, head)
+  g.st = 'P'
+  g.ps = i
+  g.wb = nil
+  g.tier = tier_of(m)
+  rmark(key)
+  local name = uses_of(key)[i][1]
+  if SSr(name).sh then cos.add(pkey(name), m) end
+end
+
+local function arm(name, at)
+  local s = SSr(name)
+  if s.tm == nil or at < s.tm then
+    s.tm = at
+    rmark(name)
+    cos.add(KEV, spack('>d', at) .. '\0' .. name)
+  end
+end
+
+local function parked_on(key, g, name)
+  return g.st == 'P' and g.ps ~= nil and uses_of(key)[g.ps][1] == name
+end
+
+-- The best group still parked on scope `name`.
+local function best_parked(name)
+  local s = SSr(name)
+  if not s.sh then
+    local r = s.ow and rec(s.ow)
+    local g = r and r.g
+    if g and parked_on(s.ow, g, name) then
+      G(s.ow)
+      return s.ow
+    end
+    return nil
+  end
+  local T = pkey(name)
+  while true do
+    local m = cos.first(T)
+    if not m then return nil end
+    local key = member_key(m)
+    local r = rec(key)
+    local g = r and r.g
+    if g and parked_on(key, g, name) and g.tier and listing(key, g) == m then
+      G(key)
+      -- A group sharing a scope was ranked with the load it had when it parked: refresh
+      -- it (lazily, at the top) so equal-priority groups tie-break on today's load.
+      if not g.sh then return key end
+      g.ld = tload(uses_of(key))
+      rmark(key)
+      local fresh = rank_member(key)
+      if fresh == m then return key end
+      cos.rem(T, m)
+      cos.add(T, fresh)
+      g.tier = tier_of(fresh)
+    else
+      cos.rem(T, m)  -- a stale listing
+    end
+  end
+end
+
+local function rearm(name, now)
+  local key = best_parked(name)
+  if not key then return end
+  local amount, idx = 1, nil
+  for i, u in ipairs(uses_of(key)) do
+    if u[1] == name then amount, idx = u[2], i; break end
+  end
+  local why = check_scope(name, amount, now)
+  if why == nil then
+    make_candidate(key, idx)
+  elseif why ~= 'blocked' then
+    arm(name, why)
+  end
+end
+
+local function intern_scope(name)
+  local r = rec(name)
+  if r and r.s then
+    local s = r.s
+    s.rf = s.rf + 1
+    if not s.sh then
+      s.sh = true
+      -- Its owner's parking on it becomes a listing, as for any shared scope.
+      local o = s.ow and rec(s.ow)
+      local og = o and o.g
+      if og and og.tier and parked_on(s.ow, og, name) then
+        cos.add(pkey(name), listing(s.ow, og))
+      end
+    end
+    rmark(name)
+    return
+  end
+  r = rec_make(name)
+  r.s = {rf = 1, sh = false}
+  call('ZREM', KTI, name)  -- in use again: not idle
 end
 
 -- group_for: the group of `key`, created if needed. Each scope's parameters come from
--- `kinds` (a kind digit, or 'N' for a scope configured by name), or `pks` (the
--- parameter keys of the group this one replaces), or the scope's entry in "np".
+-- `pks` (the parameter keys of the group this one replaces: a kind digit, or N for a
+-- scope configured by name), or `kinds` (the same, from the client), or the scope's entry
+-- in "np".
 local function group_for(key, kinds, pks)
-  local gid = tonumber(call('HGET', KGK, key) or '')
-  if gid then return gid end
-  local uses = parse_group_key(key)
-  local sids, amount, pk = {}, 0, {}
+  local r = rec(key)
+  if r and r.g then return key end
+  local uses = uses_of(key)
+  local pk = {}
   for i, u in ipairs(uses) do
-    if pks and pks[i] then
-      pk[i] = pks[i]
+    if pks and #pks >= i then
+      pk[i] = ssub(pks, i, i)
     elseif kinds and kinds[i] then
-      if kinds[i] == 'N' then pk[i] = u[1] else pk[i] = '\0' .. kinds[i] end
+      pk[i] = kinds[i]
     else
       local v = call('HGET', P .. 'np', u[1])
       if not v then fail('CORRUPT', 'scope ' .. u[1] .. ' has no parameters') end
-      if sbyte(v, 1) == 0 then pk[i] = v else pk[i] = u[1] end
+      if sbyte(v, 1) == 0 then pk[i] = ssub(v, 2, 2) else pk[i] = 'N' end
     end
-    sids[i] = intern_scope(u[1])
-    amount = amount + u[2]
+    intern_scope(u[1])
   end
-  gid = tonumber(call('RPOP', P .. 'gfree') or '')
+  local gid = tonumber(call('RPOP', P .. 'gfree') or '')
   if not gid then
     gid = cget('gnext')
     cset('gnext', gid + 1)
   end
-  local g = {k = key, u = uses, s = sids, am = amount, n = 0, dl = 0, a = 0, st = 'I',
-             ls = 0, ld = 0, sh = false, pk = pk}
-  gremember(gid, g)
-  gmark(gid)
-  for _, sid in ipairs(sids) do
-    local s = SS(sid)
+  r = rec_make(key)
+  local g = {gid = gid, n = 0, dl = 0, a = 0, ls = 0, st = 'I', ld = 0, sh = false,
+             own = false, pk = table.concat(pk)}
+  r.g = g
+  G(key)
+  cadd('groups', 1)
+  for _, u in ipairs(uses) do
+    local s = SSr(u[1])
     if s.sh then
       g.sh = true
-      if s.ow >= 0 then
-        local o = Gcache[s.ow] or gload(s.ow)
-        if o then
-          Gcache[s.ow] = o
-          o.sh = true
-          gmark(s.ow)
+      if s.ow and s.ow ~= key then
+        local o = rec(s.ow)
+        if o and o.g then
+          o.g.sh = true
+          rmark(s.ow)
         end
       end
     else
-      s.ow = gid
-      ssmark(sid)
+      s.ow = key
+      rmark(u[1])
     end
   end
-  call('HSET', KGK, key, gid)
-  return gid
+  return key
 end
 
-local function enqueue(gid, member, seq, priority, class)
-  local g = G(gid)
+local function enqueue(key, member)
+  local g = G(key)
   local old = nil
-  if g.n > 0 then old = head_key(gid) end
-  call('ZADD', qkey(gid), 0, member)
+  if g.n > 0 then old = head_v(key) end
+  q_add(g, member)
   g.n = g.n + 1
-  gmark(gid)
+  rmark(key)
   cadd('queued', 1)
   -- The head bucket changes only if the new member's bucket sorts before the old head's.
-  local mine = ssub(member, 1, 5)
+  local mine = member_order(member)
   local head, changed = old, false
   if old == nil or mine < old then head, changed = mine, true end
   if g.st == 'I' then
-    make_candidate(gid, nil, head)
+    make_candidate(key, nil, head)
   elseif g.st == 'C' and changed then
-    make_candidate(gid, g.wb, head)
+    make_candidate(key, g.wb, head)
   elseif g.st == 'P' and changed then
-    park(gid, g.ps, head)
+    park(key, g.ps, head)
   end
 end
 
 -- insert: `body` is flags(1) .. payload; `not_before` nil or a time.
-local function insert(gid, seq, body, priority, start, not_before, now)
+local function insert(key, seq, body, priority, start, not_before, now)
   local class = class_of(start)
   local member = order_prefix(priority, class, seq) .. body
   if not_before and not_before > now then
-    local g = G(gid)
+    local g = G(key)
     g.dl = g.dl + 1
-    gmark(gid)
-    call('HSET', P .. 'dr', seq, mp_pack({gid, priority, class, member}))
-    call('ZADD', KEV, not_before, '\1' .. spack('>I8', seq))
+    rmark(key)
+    call('HSET', KDR, seq, spack('>i4BH', priority, class, #key) .. key .. member)
+    cos.add(KEV, spack('>d', not_before) .. '\1' .. spack('>I7', seq))
     cadd('delayed', 1)
     return
   end
-  enqueue(gid, member, seq, priority, class)
+  enqueue(key, member)
 end
+
+local function event_time(m) return (field('>d', m, 1, KEV .. ' event')) end
 
 local function handle_events(now)
   while true do
-    local ev = call('ZRANGE', KEV, 0, 0, 'WITHSCORES')
-    if #ev == 0 then return end
-    local t = tonumber(ev[2])
+    local m, sep = cos.first(KEV)
+    if not m then return end
+    local t = event_time(m)
     if t > now then return end
-    local m = ev[1]
-    call('ZREM', KEV, m)
-    if sbyte(m, 1) == 0 then
-      local sid = field('>I4', m, 2, KEV .. ' timer')
-      local s = SS(sid)
-      if s.tm == t then
+    cos.rem_at(KEV, sep, m)
+    local kind = sbyte(m, 9)
+    if kind == 0 then
+      local name = ssub(m, 10)
+      local r = rec(name)
+      local s = r and r.s
+      if s and s.tm == t then
         s.tm = nil
-        ssmark(sid)
-        rearm(sid, now)
+        rmark(name)
+        rearm(name, now)
+      end
+    elseif kind == 1 then
+      local seq = field('>I7', m, 10, KEV .. ' delayed request')
+      local raw = call('HGET', KDR, seq)
+      if raw then
+        call('HDEL', KDR, seq)
+        cadd('delayed', -1)
+        local ok, _, _, len, pos = pcall(sunpack, '>i4BH', raw)
+        local key = ok and ssub(raw, pos, pos + len - 1)
+        local member = ok and ssub(raw, pos + len)
+        if not ok or #key ~= len or member == '' then
+          fail('CORRUPT', KDR .. '[' .. seq .. ']: truncated delayed request')
+        end
+        local g = G(key)
+        g.dl = g.dl - 1
+        rmark(key)
+        enqueue(key, member)
       end
     else
-      local seq = field('>I8', m, 2, KEV .. ' delayed request')
-      local raw = call('HGET', P .. 'dr', seq)
-      if raw then
-        call('HDEL', P .. 'dr', seq)
-        cadd('delayed', -1)
-        local ok, d = pcall(mp_unpack, raw)
-        if not ok then fail('CORRUPT', 'delayed request ' .. seq .. ' does not decode') end
-        local g = G(d[1])
-        g.dl = g.dl - 1
-        gmark(d[1])
-        enqueue(d[1], d[4], seq, d[2], d[3])
-      end
+      fail('CORRUPT', KEV .. ': unknown event')
     end
   end
 end
 
 local function pop_candidate()
   while true do
-    local m = call('ZPOPMIN', KCAND)[1]
+    local m = cos.pop(KCAND)
     if not m then return nil end
-    local gid = member_gid(m)
-    local g = Gcache[gid] or gload(gid)
-    if g then gremember(gid, g) end
-    if g and g.st == 'C' and g.m == m then
-      g.m = nil
-      gmark(gid)
+    local key = member_key(m)
+    local r = rec(key)
+    local g = r and r.g
+    if g and g.st == 'C' and g.tier and listing(key, g) == m then
+      G(key)
+      g.tier = nil
+      rmark(key)
       if g.sh then
-        g.ld = tload(g.u)
-        local fresh = rank_member(gid)
-        if member_tier(fresh) ~= member_tier(m) then
-          g.m = fresh
-          call('ZADD', KCAND, 0, fresh)
+        g.ld = tload(uses_of(key))
+        local fresh = rank_member(key)
+        if tier_of(fresh) ~= tier_of(m) then
+          g.tier = tier_of(fresh)
+          cos.add(KCAND, fresh)
         else
-          return gid
+          return key
         end
       else
-        return gid
+        return key
       end
     end
   end
 end
 
 local function unthrottled_candidate()
-  local gid = tonumber(call('HGET', KGK, '') or '')
-  if not gid then return nil end
-  if G(gid).st ~= 'C' then return nil end
-  return gid
+  local r = rec('')
+  if not r or not r.g or r.g.st ~= 'C' then return nil end
+  G('')
+  return ''
 end
 
-local function park_after_attempt(gid, sid, now)
-  local g = G(gid)
+local function park_after_attempt(key, i, now)
+  local g = G(key)
   local woken = g.wb
   g.wb = nil
-  park(gid, sid)
-  if woken and woken ~= sid then rearm(woken, now) end
+  park(key, i)
+  if woken and woken ~= i then rearm(uses_of(key)[woken][1], now) end
 end
 
-local function binding_scope(gid, t, now)
-  local g = G(gid)
-  if #g.s == 1 then return g.s[1] end
-  local best_t, best_s = 0, g.s[1]
-  for i, u in ipairs(g.u) do
+-- The scope (index) of the group whose own wait ends at `t` (the latest of its scopes).
+local function binding_scope(key, t, now)
+  local uses = uses_of(key)
+  if #uses == 1 then return 1 end
+  local best_t, best_i = 0, 1
+  for i, u in ipairs(uses) do
     local why = check_scope(u[1], u[2], now)
     if why and why ~= 'blocked' then
-      if why == t then return g.s[i] end
-      if why > best_t then best_t, best_s = why, g.s[i] end
+      if why == t then return i end
+      if why > best_t then best_t, best_i = why, i end
     end
   end
-  return best_s
+  return best_i
 end
 
-local function blocking_scope(gid, now)
-  local g = G(gid)
-  for i, u in ipairs(g.u) do
-    if check_scope(u[1], u[2], now) == 'blocked' then return g.s[i] end
+local function blocking_scope(key, now)
+  for i, u in ipairs(uses_of(key)) do
+    if check_scope(u[1], u[2], now) == 'blocked' then return i end
   end
   return nil
 end
 
-local function take_head(gid)
+local function take_head(key)
   cadd('tick', 1)
-  local g = G(gid)
-  local m = call('ZPOPMIN', qkey(gid))[1]
-  if not m then fail('CORRUPT', 'group ' .. g.k .. ' counts requests but has none') end
-  local priority, class = member_bucket(m)
+  local g = G(key)
+  -- The head and the one after it (the next head) in one read.
+  local k, slot = qloc(g)
+  local two
+  if g.own then
+    two = call('ZRANGE', k, '0', '1')
+  else
+    two = call('ZRANGE', k, slot, slot, 'BYSCORE', 'LIMIT', '0', '2')
+  end
+  local m = two[1]
+  if not m then fail('CORRUPT', 'group ' .. key .. ' counts requests but has none') end
+  cos.zrem1(k, m)
+  -- Still listed only when taken through the unthrottled lane: its listing holds the
+  -- old last-served tick, so it goes before that changes.
+  unlist(key)
+  local priority, class = v_bucket((member_order(m)))
   g.n = g.n - 1
   g.a = g.a + 1
   g.ls = cget('tick')
-  gmark(gid)
+  rmark(key)
   cadd('queued', -1)
   if g.n > 0 then
-    make_candidate(gid, nil)
+    if not two[2] then fail('CORRUPT', 'group ' .. key .. ' counts requests but has none') end
+    make_candidate(key, nil, (member_order(two[2])))
   else
-    unlist(gid)
     g.st = 'I'
   end
   return m, priority, class
 end
 
-local function collect(gid)
-  local g = G(gid)
-  if g.dead or g.n > 0 or g.dl > 0 or g.a > 0 or g.st ~= 'I' then return end
-  unlist(gid)
-  call('HDEL', KGK, g.k)
-  call('DEL', qkey(gid))
-  g.dead = true
-  gmark(gid)
-  call('RPUSH', P .. 'gfree', gid)
-  for i, sid in ipairs(g.s) do
-    local s = SS(sid)
+local function collect(key)
+  local r = rec(key)
+  local g = r and r.g
+  if not g or g.n > 0 or g.dl > 0 or g.a > 0 or g.st ~= 'I' then return end
+  G(key)
+  unlist(key)
+  if g.own then call('DEL', P .. 'q:' .. g.gid) end
+  call('RPUSH', P .. 'gfree', g.gid)
+  r.g = nil
+  rmark(key)
+  cadd('groups', -1)
+  for i, u in ipairs(uses_of(key)) do
+    local name = u[1]
+    local s = SSr(name)
     s.rf = s.rf - 1
-    ssmark(sid)
+    rmark(name)
     if s.rf == 0 then
       -- No group uses the scope any more: its throttle state waits in "ti" for idle
       -- eviction, with its parameter key where eviction can find it.
-      local st = tfind(s.n)
+      local st = tfind(name)
       if st then
-        call('ZADD', KTI, st.lu, s.n)
-        if g.pk and g.pk[i] and sbyte(g.pk[i], 1) == 0 then
-          call('HSETNX', P .. 'np', s.n, g.pk[i])
-        end
+        call('ZADD', KTI, st.lu, name)
+        local d = ssub(g.pk, i, i)
+        if d ~= 'N' and d ~= '' then call('HSETNX', P .. 'np', name, '\0' .. d) end
       end
-      call('HDEL', KSK, s.n)
-      call('DEL', P .. 'pk:' .. sid)
-      call('ZREM', KEV, '\0' .. spack('>I4', sid))
-      s.dead = true
-      call('RPUSH', P .. 'sfree', sid)
+      if s.sh then cos.del(pkey(name)) end
+      rec(name).s = nil
     end
   end
 end
@@ -1091,7 +1697,7 @@ local function evict_idle(now, budget)
   local max_idle = settings().max_idle_ns or 0
   if max_idle <= 0 then return end
   for _ = 1, budget do
-    local e = call('ZRANGE', KTI, 0, 0, 'WITHSCORES')
+    local e = call('ZRANGE', KTI, '0', '0', 'WITHSCORES')
     if #e == 0 then return end
     local name, lu = e[1], tonumber(e[2])
     if lu + max_idle > now then return end
@@ -1104,7 +1710,7 @@ local function evict_idle(now, budget)
         call('HDEL', KT, name)
         Tcache[name] = nil
         local v = call('HGET', P .. 'np', name)
-        if v and sbyte(v, 1) == 0 then call('HDEL', P .. 'np', name) end
+        if v and sbyte(v, '1') == 0 then call('HDEL', P .. 'np', name) end
         call('ZREM', KTI, name)
         cadd('evicted', 1)
       else
@@ -1114,104 +1720,118 @@ local function evict_idle(now, budget)
   end
 end
 
-local function lease_ended(gid, load, now)
-  local g = G(gid)
+local function lease_ended(key, load, now)
+  local g = G(key)
   local candidate = g.st == 'C'
   g.a = math.max(g.a - 1, 0)
   load = load or g.ld
   local reload = load ~= g.ld
   g.ld = load
-  gmark(gid)
-  if candidate and reload then make_candidate(gid, g.wb) end
-  for _, sid in ipairs(g.s) do rearm(sid, now) end
-  collect(gid)
+  rmark(key)
+  if candidate and reload then make_candidate(key, g.wb) end
+  for _, u in ipairs(uses_of(key)) do rearm(u[1], now) end
+  collect(key)
 end
 
--- Scheduler::poll. Returns {'ready', gid, member, permit, priority, class} or
--- {'peek', gid} or {'until', t} or {'blocked'} or {'empty'}.
+local function next_event_time()
+  local m = cos.first(KEV)
+  if m then return event_time(m) end
+  return -1
+end
+
+-- Scheduler::poll. Returns {'ready', key, member, permit, priority, class} or
+-- {'peek', key} or {'until', t} or {'blocked'} or {'empty'}.
 -- `again`: another poll at the same instant in the same call, whose events were handled.
 local function sched_poll(now, reserve, again)
   if not again then handle_events(now) end
   while cget('queued') > 0 do
-    local gid
+    local key
     if cget('inf') >= settings().concurrent_requests then
-      gid = unthrottled_candidate()
-      if not gid then return {'blocked'} end
+      key = unthrottled_candidate()
+      if not key then return {'blocked'} end
     else
-      gid = pop_candidate()
-      if not gid then break end
+      key = pop_candidate()
+      if not key then break end
     end
-    local g = G(gid)
-    local unthrottled = #g.u == 0
+    local g = G(key)
+    local uses = uses_of(key)
+    local unthrottled = #uses == 0
     local permit, why
     if reserve then
-      permit, why = try_acquire(g.u, unthrottled, now)
+      permit, why = try_acquire(uses, unthrottled, now)
     elseif not unthrottled then
-      why = tcheck(g.u, now)
+      why = tcheck(uses, now)
     end
     if reserve and permit then
       g.ld = load_of_names(permit.s)
       local woken = g.wb
       g.wb = nil
-      gmark(gid)
-      local m, priority, class = take_head(gid)
-      if woken then rearm(woken, now) end
-      return {'ready', gid, m, permit, priority, class}
+      rmark(key)
+      local m, priority, class = take_head(key)
+      if woken then rearm(uses[woken][1], now) end
+      return {'ready', key, m, permit, priority, class}
     elseif not reserve and not why then
-      make_candidate(gid, g.wb)
-      return {'peek', gid}
+      make_candidate(key, g.wb)
+      return {'peek', key}
     elseif why == 'blocked' then
-      local sid = blocking_scope(gid, now)
-      if sid then
-        park_after_attempt(gid, sid, now)
+      local i = blocking_scope(key, now)
+      if i then
+        park_after_attempt(key, i, now)
       else
-        make_candidate(gid, g.wb)
+        make_candidate(key, g.wb)
         return {'blocked'}
       end
     else
-      local sid = binding_scope(gid, why, now)
-      park_after_attempt(gid, sid, now)
-      arm(sid, why)
+      local i = binding_scope(key, why, now)
+      park_after_attempt(key, i, now)
+      arm(uses[i][1], why)
     end
   end
   if cget('queued') == 0 and cget('delayed') == 0 then return {'empty'} end
-  local ev = call('ZRANGE', KEV, 0, 0, 'WITHSCORES')
-  if #ev > 0 then return {'until', tonumber(ev[2])} end
+  local t = next_event_time()
+  if t >= 0 then return {'until', t} end
   return {'blocked'}
 end
 
 -- ------------------------------------------------------------------ frontier
 local KL, KLX, KST
+local OPS = {}
+-- The operations (and their helpers, local to this block: a function has at most 200
+-- local variables, this file's main chunk included).
+do
 -- A lease id is the request's sequence number plus 2^40 times its redelivery count (mod
 -- 64, kept in bits 2-7 of the request's flags byte), so a worker that lost its lease (it
 -- expired and went to another) cannot end the new one.
-local LEASE_SPAN = 1099511627776
 local function lease_parts(id)
   local n = tonumber(id)
   if not n then fail('CONFIG', 'bad lease id ' .. tostring(id)) end
-  return n % LEASE_SPAN, floor(n / LEASE_SPAN)
+  return n % SEQ_SPAN, floor(n / SEQ_SPAN)
 end
 local function stat(name, d) call('HINCRBY', KST, name, d) end
 
--- Lease records: group, priority, flags (1 start, 2 dont_track, 4 counted), redelivery
--- count, expiry, then the queue member (order prefix, flags, payload).
+-- Lease records: priority, flags (1 start, 2 dont_track, 4 counted), redelivery count,
+-- expiry, the group key's length, the group key, then the request's body (flags byte and
+-- payload).
+local LFMT = '>i4BBdH'
 local function lease_pack(rec)
   local bits = (rec.sr and 1 or 0) + (rec.dt and 2 or 0) + (rec.counted and 4 or 0)
-  return spack('>I4i4BBd', rec.g, rec.pr, bits, rec.k, rec.x) .. rec.m
+  return spack(LFMT, rec.pr, bits, rec.k, rec.x, #rec.g) .. rec.g .. rec.b
 end
 local function lease_load(seq)
   local raw = call('HGET', KL, seq)
   if not raw then return nil end
-  local ok, g, pr, bits, k, x, pos = pcall(sunpack, '>I4i4BBd', raw)
-  if not ok or #raw < pos + 13 then fail('CORRUPT', KL .. '[' .. seq .. ']: bad lease record') end
-  return {g = g, pr = pr, sr = bits % 2 == 1, dt = floor(bits / 2) % 2 == 1,
-          counted = floor(bits / 4) % 2 == 1, k = k, x = x, m = ssub(raw, pos)}
+  local ok, pr, bits, k, x, len, pos = pcall(sunpack, LFMT, raw)
+  if not ok or #raw < pos + len then fail('CORRUPT', KL .. '[' .. seq .. ']: bad lease record') end
+  return {pr = pr, sr = bits % 2 == 1, dt = floor(bits / 2) % 2 == 1,
+          counted = floor(bits / 4) % 2 == 1, k = k, x = x, g = ssub(raw, pos, pos + len - 1),
+          b = ssub(raw, pos + len)}
 end
 -- The permit a lease holds: every scope of its group.
 local function lease_permit(rec)
   local names = {}
   if rec.counted then
-    for i, u in ipairs(G(rec.g).u) do names[i] = u[1] end
+    G(rec.g)
+    for i, u in ipairs(uses_of(rec.g)) do names[i] = u[1] end
   end
   return {s = names, counted = rec.counted}
 end
@@ -1224,17 +1844,17 @@ end
 
 -- Expired leases go back to their group with their sequence number (redelivery).
 local function redeliver_expired(now, limit)
-  local due = call('ZRANGEBYSCORE', KLX, '-inf', now, 'LIMIT', 0, limit)
+  local due = call('ZRANGEBYSCORE', KLX, '-inf', now, 'LIMIT', '0', limit)
   for _, seq in ipairs(due) do
     local rec = lease_load(seq)
     call('ZREM', KLX, seq)
     if rec then
       call('HDEL', KL, seq)
-      local key, pk = G(rec.g).k, G(rec.g).pk
+      local key, pk = rec.g, G(rec.g).pk
       frontier_release(rec, {cancelled = true}, now)
-      local gid = group_for(key, nil, pk)
-      local flags = sbyte(rec.m, 14) % 4 + ((rec.k + 1) % 64) * 4
-      insert(gid, tonumber(seq), schar(flags) .. ssub(rec.m, 15), rec.pr, rec.sr, nil, now)
+      group_for(key, nil, pk)
+      local flags = sbyte(rec.b, 1) % 4 + ((rec.k + 1) % 64) * 4
+      insert(key, tonumber(seq), schar(flags) .. ssub(rec.b, 2), rec.pr, rec.sr, nil, now)
       cadd('enq', 1)
       cadd('redel', 1)
     end
@@ -1252,13 +1872,8 @@ local function decode_outcome(kind, a, b)
   return {cancelled = true}
 end
 
-local function next_event_time()
-  local ev = call('ZRANGE', KEV, 0, 0, 'WITHSCORES')
-  if #ev > 0 then return tonumber(ev[2]) end
-  return -1
-end
 local function next_expiry()
-  local lx = call('ZRANGE', KLX, 0, 0, 'WITHSCORES')
+  local lx = call('ZRANGE', KLX, '0', '0', 'WITHSCORES')
   if #lx > 0 then return tonumber(lx[2]) end
   return -1
 end
@@ -1266,13 +1881,9 @@ end
 -- Writes every cached change back. Called once at the end of an operation.
 local function flush_all()
   tflush()
-  sched_flush()
+  rflush()
   cflush()
 end
-
-local function fmt(x) return string.format('%.17g', x) end
-
-local OPS = {}
 
 -- init SETTINGS_JSON LUA_JSON SEED_HI SEED_LO (NAME PARAMS_JSON)... : stores the settings,
 -- the few of them this script reads, the jitter seed and the scope parameters (first
@@ -1280,23 +1891,27 @@ local OPS = {}
 OPS.init = function(args)
   local layout = call('HGET', KCFG, 'layout')
   if layout and tonumber(layout) ~= LAYOUT then
-    fail('VERSION', 'crawl keys use layout ' .. layout .. ', this client writes ' .. LAYOUT)
+    fail('VERSION', 'crawl keys use layout ' .. layout .. ', this client reads and writes '
+      .. LAYOUT .. ' (drain the crawl with the version that wrote it, or destroy it)')
   end
   if not layout then
     call('HSET', KCFG, 'layout', LAYOUT, 'settings', args[1], 'lua', args[2])
     local t = call('TIME')
-    call('HSET', KCFG, 'epoch_s', t[1])
-    call('HSET', KC, 'rh', args[3], 'rl', args[4])
+    call('HSET', KCFG, 'epoch_s', t[1], 'digest', redis.sha1hex(table.concat(args, '\0')))
+    cload()
+    cset('rh', tonumber(args[3]))
+    cset('rl', tonumber(args[4]))
+    cflush()
     for i = 5, #args, 2 do call('HSET', P .. 'np', args[i], args[i + 1]) end
   end
   return call('HGET', KCFG, 'settings')
 end
 
--- callback NAME: the crawl-wide number of a callback name.
+-- callback NAME: the crawl-wide number of a callback name (numbers are dense from 0).
 OPS.callback = function(args)
   local id = call('HGET', P .. 'cbn', args[1])
   if id then return tonumber(id) end
-  id = call('HINCRBY', KC, 'cbnext', 1) - 1
+  id = call('HLEN', P .. 'cbi')
   call('HSET', P .. 'cbn', args[1], id)
   call('HSET', P .. 'cbi', id, args[1])
   return id
@@ -1304,13 +1919,8 @@ end
 
 OPS.callback_name = function(args) return call('HGET', P .. 'cbi', args[1]) end
 
--- push N, then per request: KEY KINDS FP PRIORITY START DELAY_NS DEPTH BODY
--- (KINDS: per scope a kind digit, or N when configured by name; FP: see mark_seen;
--- DELAY_NS: "" or nanoseconds).
--- Returns per request: seq (queued) or -1 (duplicate).
 -- Marks a fingerprint seen; false if it was already. FP is 8 bytes (the exact set) or
 -- 'B' and the Bloom filter's bit positions, 5 bytes each (strings of 2^30 bits).
-local BLOOM_CHUNK = 1073741824
 local function mark_seen(fp)
   if sbyte(fp, 1) ~= 66 or #fp % 5 ~= 1 then
     return call('SADD', P .. 'df', fp) == 1
@@ -1320,43 +1930,50 @@ local function mark_seen(fp)
   for i = 2, #fp, 5 do
     local p = sunpack('>I5', fp, i)
     pos[#pos + 1] = p
-    if all and call('GETBIT', P .. 'bf:' .. floor(p / BLOOM_CHUNK), p % BLOOM_CHUNK) == 0 then
+    if all and call('GETBIT', P .. 'bf:' .. floor(p / 1073741824), p % 1073741824) == 0 then
       all = false
     end
   end
   if all then return false end
   for _, p in ipairs(pos) do
-    call('SETBIT', P .. 'bf:' .. floor(p / BLOOM_CHUNK), p % BLOOM_CHUNK, 1)
+    call('SETBIT', P .. 'bf:' .. floor(p / 1073741824), p % 1073741824, '1')
   end
   return true
 end
 
+-- push N, then per request: KEY KINDS FP PRIORITY START DELAY_NS DEPTH BODY
+-- (KINDS: per scope a kind digit, or N when configured by name; FP: see mark_seen;
+-- DELAY_NS: "" or nanoseconds).
+-- Returns per request: seq (queued) or -1 (duplicate).
 OPS.push = function(args)
   local n = tonumber(args[1])
   local out = {}
   local i = 2
+  local filtered = 0
   for r = 1, n do
     local key, kinds, fp = args[i], args[i + 1], args[i + 2]
     local priority, start = tonumber(args[i + 3]), args[i + 4] == '1'
     local delay, depth, body = args[i + 5], tonumber(args[i + 6]), args[i + 7]
     i = i + 8
     if fp ~= '' and not mark_seen(fp) then
-      stat('filtered', 1)
+      filtered = filtered + 1
       out[r] = -1
     else
       local kt = {}
       for k = 1, #kinds do kt[k] = ssub(kinds, k, k) end
-      local gid = group_for(key, kt)
+      group_for(key, kt)
       local seq = cget('seq')
+      if seq >= SEQ_SPAN then fail('CONFIG', 'the crawl has used all 2^40 sequence numbers') end
       cset('seq', seq + 1)
       local nb = nil
       if delay ~= '' then nb = NOW + tonumber(delay) end
-      insert(gid, seq, body, priority, start, nb, NOW)
+      insert(key, seq, body, priority, start, nb, NOW)
       cadd('enq', 1)
       if depth > cget('dmax') then cset('dmax', depth) end
       out[r] = seq
     end
   end
+  if filtered > 0 then stat('filtered', filtered) end
   flush_all()
   return out
 end
@@ -1368,7 +1985,8 @@ end
 
 -- poll LEASE_NS REDELIVER_LIMIT MAX: up to MAX leases, as polls one after the other at
 -- the same instant would hand them out.
---   {n, (seq, body, group key) * n, kind, t, leases out, now, next expiry, next event}
+--   {n, (lease id, payload, group key) * n, kind, t, leases out, now, next expiry,
+--    next event}
 -- kind is why the last poll gave nothing: 'until' (t), 'blocked', 'empty', or 'more'
 -- when MAX leases were handed out.
 OPS.poll = function(args)
@@ -1378,56 +1996,61 @@ OPS.poll = function(args)
   evict_idle(tclamp(NOW), 2)
   local out = {0}
   local last = {'more'}
+  local exp = NOW + lease_ns
+  local lrec, lexp = {}, {}
   while out[1] < max do
     local r = sched_poll(NOW, true, out[1] > 0)
     if r[1] ~= 'ready' then
       last = r
       break
     end
-    local gid, m, permit = r[2], r[3], r[4]
-    local seq = member_seq(m, r[6])
-    local flags = sbyte(m, 14)
-    if not flags then fail('CORRUPT', 'a queued request of group ' .. G(gid).k .. ' is truncated') end
+    local key, m, permit = r[2], r[3], r[4]
+    local _, _, seq, body = member_parts(m)
+    local flags = sbyte(body, 1)
     local start = flags % 2 == 1
     local dt = floor(flags / 2) % 2 == 1
-    local exp = NOW + lease_ns
     local k = floor(flags / 4)
-    call('HSET', KL, seq, lease_pack({g = gid, counted = permit.counted, pr = r[5], sr = start,
-                                      dt = dt, m = m, x = exp, k = k}))
-    call('ZADD', KLX, exp, seq)
+    lrec[#lrec + 1] = seq
+    lrec[#lrec + 1] = lease_pack({g = key, counted = permit.counted, pr = r[5], sr = start,
+                                  dt = dt, b = body, x = exp, k = k})
+    lexp[#lexp + 1] = exp
+    lexp[#lexp + 1] = seq
     cadd('deq', 1)
     cadd('leased', 1)
     out[1] = out[1] + 1
-    out[#out + 1] = seq + k * LEASE_SPAN
-    out[#out + 1] = ssub(m, 15)
-    out[#out + 1] = G(gid).k
+    out[#out + 1] = seq + k * SEQ_SPAN
+    out[#out + 1] = ssub(body, 2)
+    out[#out + 1] = key
+  end
+  if #lrec > 0 then
+    hset_many(KL, lrec)
+    for i = 1, #lexp, 2000 do call('ZADD', KLX, unpack(lexp, i, math.min(i + 1999, #lexp))) end
   end
   flush_all()
   out[#out + 1] = last[1]
-  out[#out + 1] = fmt(last[2] or -1)
+  out[#out + 1] = num(last[2] or -1)
   out[#out + 1] = call('HLEN', KL)
-  out[#out + 1] = fmt(NOW)
-  out[#out + 1] = fmt(next_expiry())
-  out[#out + 1] = fmt(next_event_time())
+  out[#out + 1] = num(NOW)
+  out[#out + 1] = num(next_expiry())
+  out[#out + 1] = num(next_event_time())
   return out
 end
 
--- peek: what poll would hand out now, without leasing it: {seq, body, key} or {}.
+-- peek: what poll would hand out now, without leasing it: {seq, payload, key} or {}.
 OPS.peek = function(args)
   local r = sched_poll(NOW, false)
   local out = {}
   if r[1] == 'peek' then
-    local gid = r[2]
-    local m = call('ZRANGE', qkey(gid), 0, 0)[1]
-    local _, class = member_bucket(m)
-    out = {member_seq(m, class), ssub(m, 15), G(gid).k}
+    local key = r[2]
+    local m = q_head(G(key))
+    if not m then fail('CORRUPT', 'group ' .. key .. ' counts requests but has none') end
+    local _, _, seq, body = member_parts(m)
+    out = {seq, ssub(body, 2), key}
   end
   flush_all()
   return out
 end
 
--- complete LEASE KIND A B: outcome kind 's' (status A, header delay ns B or -1),
--- 'e' (error kind A) or 'c' (cancelled). Returns 1, or 0 for an unknown lease.
 -- The lease record of lease id ID, if it is still out under that id.
 local function lease_of(id)
   local seq, k = lease_parts(id)
@@ -1440,6 +2063,8 @@ local function end_lease(seq)
   call('ZREM', KLX, seq)
 end
 
+-- complete LEASE KIND A B: outcome kind 's' (status A, header delay ns B or -1),
+-- 'e' (error kind A) or 'c' (cancelled). Returns 1, or 0 for an unknown lease.
 OPS.complete = function(args)
   local rec, seq = lease_of(args[1])
   if not rec then return 0 end
@@ -1455,14 +2080,14 @@ OPS.retry = function(args)
   local rec, seq = lease_of(args[1])
   if not rec then return 0 end
   end_lease(seq)
-  local key, pk = G(rec.g).k, G(rec.g).pk
+  local key, pk = rec.g, G(rec.g).pk
   frontier_release(rec, decode_outcome(args[2], args[3], args[4]), NOW)
-  local gid = group_for(key, nil, pk)
+  group_for(key, nil, pk)
   local new_seq = cget('seq')
   cset('seq', new_seq + 1)
   local priority = math.min(math.max(rec.pr + tonumber(args[5]), I32_MIN), I32_MAX)
   -- A new request: its redelivery count starts again.
-  insert(gid, new_seq, schar(sbyte(rec.m, 14) % 4) .. ssub(rec.m, 15), priority, rec.sr, nil,
+  insert(key, new_seq, schar(sbyte(rec.b, 1) % 4) .. ssub(rec.b, 2), priority, rec.sr, nil,
     NOW)
   cadd('retried', 1)
   cadd('enq', 1)
@@ -1481,8 +2106,8 @@ OPS.extend = function(args)
 end
 
 local function scope_changed(name, now)
-  local sid = tonumber(call('HGET', KSK, name) or '')
-  if sid then rearm(sid, now) end
+  local r = rec(name)
+  if r and r.s then rearm(name, now) end
 end
 
 -- Remembers the kind of a scope named by the caller (its default parameters).
@@ -1612,7 +2237,7 @@ end
 OPS.info = function(args)
   local st = call('HGETALL', KST)
   local out = {cget('queued'), cget('delayed'), call('HLEN', KL), cget('inf'),
-               call('HLEN', KGK), cget('enq'), cget('deq'), cget('leased'), cget('acked'),
+               cget('groups'), cget('enq'), cget('deq'), cget('leased'), cget('acked'),
                cget('retried'), cget('redel'), cget('dmax')}
   for i = 1, #st do out[#out + 1] = st[i] end
   return out
@@ -1621,28 +2246,35 @@ end
 -- Test hooks: the exact conversions the port relies on.
 OPS.debug_ns = function(args) return fmt(secs_to_ns(tonumber(args[1]))) end
 OPS.debug_rng = function(args)
+  cload()
   C.rh, C.rl = tonumber(args[1]), tonumber(args[2])
   local out = {}
   for i = 1, tonumber(args[3]) do out[i] = fmt(rng_next_f64()) end
   return out
 end
+end
 
 -- ------------------------------------------------------------------ dispatch
 -- Starts a call on the crawl with key prefix `prefix`: forgets everything cached by the
--- previous call.
+-- previous call (what follows from the settings alone stays, keyed by their text).
+local KEYC = {}   -- prefix -> its key names (the same for every call on the crawl)
 local function reset(prefix)
   bind()
   P = prefix
-  KC, KCFG, KT, KOV = P .. 'c', P .. 'cfg', P .. 't', P .. 'ov'
-  KG, KSS = P .. 'G', P .. 'SS'
-  KCAND, KEV, KGK, KSK, KTI = P .. 'cand', P .. 'ev', P .. 'gk', P .. 'sid', P .. 'ti'
-  KL, KLX, KST = P .. 'L', P .. 'lx', P .. 'st'
-  C, Cdirty, Cloaded = {}, {}, false
-  S = nil
-  Pcache, Pptr, Pkey = {}, {}, {}
+  local k = KEYC[P]
+  if not k then
+    k = {P .. 'c', P .. 'cfg', P .. 't', P .. 'ov', P .. 'C', P .. 'E', P .. 'ti', P .. 'dr',
+         P .. 'L', P .. 'lx', P .. 'st'}
+    KEYC[P] = k
+  end
+  KC, KCFG, KT, KOV, KCAND, KEV, KTI, KDR, KL, KLX, KST = unpack(k)
+  CARD = {}
+  C, Cdirty, Cloaded = {}, false, false
+  S, SRAW, SDIGEST, SC, EPOCH_S, LAYOUT_SEEN = nil, nil, nil, nil, nil, nil
+  Pcache, Pkey = {}, {}
   NOW = nil
   Tcache = {}
-  Gcache, Gdirty, SScache, SSdirty = {}, {}, {}, {}
+  Nb, R, Rdirty, U, NBK = {}, {}, {}, {}, {}
 end
 
 local bare = {init = true, callback = true, callback_name = true, debug_ns = true,
@@ -1656,10 +2288,12 @@ local function main(keys, argv)
   local args = {}
   for i = 3, #argv do args[#args + 1] = argv[i] end
   if not bare[argv[1]] then
-    local layout = call('HGET', KCFG, 'layout')
+    load_cfg()
+    local layout = LAYOUT_SEEN
     if not layout then fail('CONFIG', 'the crawl ' .. P .. ' is not initialised') end
     if tonumber(layout) ~= LAYOUT then
-      fail('VERSION', 'crawl keys use layout ' .. layout .. ', this client reads ' .. LAYOUT)
+      fail('VERSION', 'crawl keys use layout ' .. layout .. ', this client reads and writes '
+        .. LAYOUT .. ' (drain the crawl with the version that wrote it, or destroy it)')
     end
     NOW = read_now(argv[2])
   end

@@ -44,26 +44,38 @@
 //! ## Keys
 //!
 //! Every key of a crawl starts with `{name}:` (one hash tag: one Redis Cluster slot, so
-//! each operation stays atomic there):
+//! each operation stays atomic there). The layout (version 2) keeps per-host structures
+//! small: records are fixed-layout binary strings, and they are bucketed into hashes and
+//! sorted sets small enough that Redis keeps each one as a compact listpack under its
+//! default `hash-max-listpack-*` / `zset-max-listpack-*` limits (no server configuration
+//! needed):
 //!
 //! | key | type | holds |
 //! |---|---|---|
-//! | `cfg` | hash | layout version, settings, the crawl's epoch (server time) |
-//! | `c`, `st` | hash | counters (sequence, queued, in flight, jitter RNG state, stats) |
+//! | `cfg` | hash | layout version, settings, their digest, the crawl's epoch (server time) |
+//! | `c`, `st` | string, hash | counters (packed doubles: sequence, queued, in flight, jitter RNG state...); stats |
 //! | `np` | hash | each scope's resolved parameters (or a pointer to its kind's defaults) |
-//! | `gk`, `G`, `q:<id>` | hash, hash, sorted set | scope groups: key → id, records, queues |
-//! | `sid`, `SS`, `pk:<id>` | hash, hash, sorted set | scheduler scopes and the groups parked on them |
-//! | `cand`, `ev` | sorted set | groups that may send; scope timers and delayed requests by time |
+//! | `N:<b>` | hash | one binary record per name in use, as a group key, a scheduler scope or both (a host usually is both): ~45 bytes with its field; buckets grow by linear hashing (~48 records each) |
+//! | `Q:<g/16>`, `q:<g>` | sorted set | queued requests of 16 groups, each under its own score (group number % 16); a group that would push its bucket past 120 requests gets a key of its own |
+//! | `C`, `C\|<sep>` | sorted sets | candidates (groups that may send), as a chunked ordered set: leaves of at most 64 members under an index of separators |
+//! | `k:<scope>`, `k:<scope>\|<sep>` | sorted sets | groups parked on a scope shared by several groups (same structure) |
+//! | `E`, `E\|<sep>` | sorted sets | scope timers and delayed requests, by time (same structure) |
+//! | `gfree` | list | group numbers free for reuse |
 //! | `dr` | hash | requests held by their own delay |
-//! | `t`, `ov`, `ti` | hash, hash, sorted set | throttle scope states; live changes and Crawl-delays; unused states by last use (idle eviction) |
-//! | `L`, `lx` | hash, sorted set | leases; their expiry times |
+//! | `t`, `ov`, `ti` | hash, hash, sorted set | throttle scope states (binary); live changes and Crawl-delays; unused states by last use (idle eviction) |
+//! | `L`, `lx` | hash, sorted set | leases (binary records); their expiry times |
 //! | `df` | set | binary 64-bit fingerprints seen (exact duplicate filter) |
 //! | `bf:<n>` | string | Bloom filter bits, 2^30 per string (Bloom duplicate filter) |
 //! | `cbn`, `cbi` | hash | callback names ↔ numbers |
 //!
 //! A queued request is frontier-core's `postcard` record (the host left out when it is
-//! the group's) behind a 14-byte prefix (priority, start class, sequence number, flags),
-//! in its group's sorted set.
+//! the group's) behind its order (1 byte for priorities -31..32), its sequence number
+//! (a length byte and 1-6 bytes; descending for LIFO order) and a flags byte: the
+//! sorted set orders a group's requests by priority, start class and sequence. At 5
+//! requests per host a queued request costs about its payload + 38 bytes of Redis
+//! memory, the host's structures included (`redis-bench` prints where they go). A crawl
+//! written by layout 1 (a sorted set, a msgpack record and index entries per host) is
+//! refused with [`RedisStoreError::Version`]: drain it with the version that wrote it.
 //!
 //! ## Time
 //!

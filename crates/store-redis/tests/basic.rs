@@ -133,21 +133,26 @@ fn damaged_data_gives_typed_errors() {
     f.push(&Request::get("https://b.com/1"), t(0)).unwrap();
 
     // A payload that does not decode: Corrupt naming its lease, which complete drops.
+    // Group 0 (a.com) queues in bucket Q:0 under score 0; a member is the order value
+    // (1 byte at priority 0), the sequence key (2 bytes for sequence number 0), the flags
+    // byte, the payload.
     let q: Vec<Vec<u8>> = redis::cmd("ZRANGE")
-        .arg("{dmg}:q:0")
+        .arg("{dmg}:Q:0")
         .arg(0)
-        .arg(-1)
+        .arg(0)
+        .arg("BYSCORE")
         .query(&mut c)
         .unwrap();
-    let mut bad = q[0][..14].to_vec();
+    assert_eq!(q.len(), 1, "a.com's one request");
+    let mut bad = q[0][..4].to_vec();
     bad.extend_from_slice(b"\x09garbage");
     let _: () = redis::pipe()
         .cmd("ZREM")
-        .arg("{dmg}:q:0")
+        .arg("{dmg}:Q:0")
         .arg(&q[0])
         .ignore()
         .cmd("ZADD")
-        .arg("{dmg}:q:0")
+        .arg("{dmg}:Q:0")
         .arg(0)
         .arg(&bad)
         .ignore()
@@ -165,62 +170,66 @@ fn damaged_data_gives_typed_errors() {
     assert_eq!(&*l.request.url, "https://b.com/1");
     f.complete(l.id(), &Outcome::status(200), t(0)).unwrap();
 
-    // A record that does not decode.
+    // A name record that does not decode: the error names its bucket and its field.
     f.push(&Request::get("https://c.com/1"), t(0)).unwrap();
-    let gid: String = redis::cmd("HGET")
-        .arg("{dmg}:gk")
-        .arg("c.com")
-        .query(&mut c)
-        .unwrap();
+    let buckets: Vec<String> = redis::cmd("KEYS").arg("{dmg}:N:*").query(&mut c).unwrap();
+    let bucket = buckets
+        .iter()
+        .find(|b| {
+            redis::cmd("HEXISTS")
+                .arg(b.as_str())
+                .arg("c.com")
+                .query::<bool>(&mut c)
+                .unwrap()
+        })
+        .expect("c.com has a record")
+        .clone();
     let _: () = redis::cmd("HSET")
-        .arg("{dmg}:G")
-        .arg(&gid)
-        .arg("\u{1}not msgpack")
+        .arg(&bucket)
+        .arg("c.com")
+        .arg("\u{1}not a record")
         .query(&mut c)
         .unwrap();
     match f.poll(t(0)) {
         Err(FrontierError::Store(RedisStoreError::Corrupt { detail })) => {
-            assert!(detail.contains(":G["), "{detail}")
+            assert!(detail.contains(&format!("{bucket}[c.com]")), "{detail}")
         }
         other => panic!("expected a corrupt record, got {other:?}"),
     }
 
-    // A queued request cut short.
-    f.push(&Request::get("https://d.com/1"), t(0)).unwrap();
-    let gid: String = redis::cmd("HGET")
-        .arg("{dmg}:gk")
-        .arg("d.com")
-        .query(&mut c)
-        .unwrap();
-    let qk = format!("{{dmg}}:q:{gid}");
+    // A queued request cut short (a crawl of its own: d.com is group 0 there).
+    let mut g2 = open(&server, "dmg2", settings.clone(), RedisConfig::default());
+    g2.push(&Request::get("https://d.com/1"), t(0)).unwrap();
     let _: () = redis::pipe()
         .cmd("DEL")
-        .arg(&qk)
+        .arg("{dmg2}:Q:0")
         .ignore()
         .cmd("ZADD")
-        .arg(&qk)
+        .arg("{dmg2}:Q:0")
         .arg(0)
         .arg(&b"\x7f\xff"[..])
         .ignore()
         .query(&mut c)
         .unwrap();
-    let mut g2 = open(&server, "dmg", settings.clone(), RedisConfig::default());
-    let mut saw_corrupt = false;
-    for _ in 0..3 {
-        match g2.poll(t(0)) {
-            Err(FrontierError::Store(RedisStoreError::Corrupt { detail })) => {
-                assert!(
-                    detail.contains("queue") || detail.contains("group"),
-                    "{detail}"
-                );
-                saw_corrupt = true;
-                break;
-            }
-            Err(e) => panic!("expected a corrupt record, got {e}"),
-            Ok(_) => {}
+    match g2.poll(t(0)) {
+        Err(FrontierError::Store(RedisStoreError::Corrupt { detail })) => {
+            assert!(detail.contains("queued request"), "{detail}");
         }
+        other => panic!("expected a corrupt queued request, got {other:?}"),
     }
-    assert!(saw_corrupt);
+
+    // Damaged counters.
+    let _: () = redis::cmd("SET")
+        .arg("{dmg2}:c")
+        .arg("short")
+        .query(&mut c)
+        .unwrap();
+    match g2.poll(t(0)) {
+        Err(FrontierError::Store(RedisStoreError::Corrupt { detail })) => {
+            assert!(detail.contains("{dmg2}:c"), "{detail}");
+        }
+        other => panic!("expected corrupt counters, got {other:?}"),
+    }
 
     // A key of the wrong type.
     let mut g = open(
@@ -472,4 +481,38 @@ fn destroy_removes_every_key_of_the_crawl_and_only_those() {
     assert!(removed > 10, "{removed}");
     let left: Vec<String> = redis::cmd("KEYS").arg("*").query(&mut c).unwrap();
     assert_eq!(left, ["unrelated"]);
+}
+
+#[test]
+fn another_layout_version_is_refused_with_a_clear_error() {
+    let Some(server) = RedisServer::start_or_skip("layout_version") else {
+        return;
+    };
+    let settings = Settings::default().without_jitter();
+    let mut f = open(&server, "old", settings.clone(), RedisConfig::default());
+    f.push(&Request::get("https://a.com/1"), t(0)).unwrap();
+    // What an older version of this crate left (layout 1: sorted-set queues per group,
+    // msgpack records): this client reads neither, and says so.
+    let mut c = conn(&server);
+    let _: () = redis::cmd("HSET")
+        .arg("{old}:cfg")
+        .arg("layout")
+        .arg("1")
+        .query(&mut c)
+        .unwrap();
+    match f.poll(t(0)) {
+        Err(FrontierError::Store(RedisStoreError::Version { detail })) => {
+            assert!(detail.contains("layout 1"), "{detail}");
+        }
+        other => panic!("expected a version error, got {other:?}"),
+    }
+    match RedisFrontier::open(&server.url(), "old", settings, RedisConfig::default()) {
+        Err(FrontierError::Store(RedisStoreError::Version { detail })) => {
+            assert!(
+                detail.contains("layout 1") && detail.contains("destroy"),
+                "{detail}"
+            );
+        }
+        other => panic!("expected a version error, got {other:?}"),
+    }
 }

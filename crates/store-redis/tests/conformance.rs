@@ -37,6 +37,8 @@ fn crawl_name() -> String {
 enum Step {
     Push(Request),
     Poll,
+    /// What the next poll would hand out, without leasing it.
+    Peek,
     /// Completes the `n`-th oldest lease still out (modulo their number).
     Complete(usize, Out),
     Retry(usize, Out, i32),
@@ -201,6 +203,14 @@ fn run_both_with(
                         Answer::Done(redis.complete(id, &o, now).unwrap()),
                     ),
                 }
+            }
+            Step::Peek => {
+                let pa = core.peek(now).unwrap();
+                let pb = redis.peek(now).unwrap();
+                (
+                    Answer::Text(format!("{:?}", pa.map(|r| r.url))),
+                    Answer::Text(format!("{:?}", pb.map(|r| r.url))),
+                )
             }
             Step::Advance(ms) => {
                 now += std::time::Duration::from_millis(*ms);
@@ -621,7 +631,8 @@ fn random_steps(rng: &mut Rng, n: usize) -> Vec<Step> {
                 }
                 Step::Push(r)
             }
-            30..=64 => Step::Poll,
+            30..=31 => Step::Peek,
+            32..=64 => Step::Poll,
             65..=76 => {
                 let out = match rng.below(10) {
                     0 => Out::Status(429),
@@ -706,4 +717,94 @@ fn random_timelines_through_evalsha() {
             ScriptMode::Eval,
         );
     }
+}
+
+/// Many groups: enough hosts and requests that every chunked structure of the Redis
+/// layout splits, thins out and merges (the leaves of the candidate and event sets, the
+/// buckets of name records, a queue bucket whose requests overflow to a key of their
+/// own), compared step by step with the in-process frontier.
+#[test]
+fn many_groups_through_chunked_structures() {
+    for seed in 300..=302u64 {
+        let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+        let mut s = base();
+        s.concurrent_requests = rng.pick(&[16, 64]);
+        // Every host waits after each send: hundreds of parked groups and timers.
+        s.download_delay = rng.pick(&[0.5, 2.0]);
+        s.scheduler_order = rng.pick(&[QueueOrder::Lifo, QueueOrder::Fifo]);
+        s.start_order = rng.pick(&[StartOrder::Fifo, StartOrder::Same]);
+        let request = |rng: &mut Rng, i: u64| {
+            // Host 0 gets a tenth of all requests: more than its queue bucket holds.
+            let h = if i.is_multiple_of(10) {
+                0
+            } else {
+                rng.below(400)
+            };
+            let mut r = Request::get(format!("https://h{h}.example/p/{i}"))
+                .priority(rng.below(9) as i32 - 4);
+            if rng.below(25) == 0 {
+                r = r.start();
+            }
+            if rng.below(40) == 0 {
+                r = r.scope("shared").scope(format!("h{h}.example"));
+            }
+            r
+        };
+        let mut steps = Vec::new();
+        for i in 0..2000 {
+            steps.push(Step::Push(request(&mut rng, i)));
+        }
+        for i in 2000..6000 {
+            let step = match rng.below(20) {
+                0..=2 => Step::Push(request(&mut rng, i)),
+                3 => Step::Peek,
+                4..=11 => Step::Poll,
+                12..=15 => Step::Complete(
+                    rng.below(32) as usize,
+                    if rng.below(15) == 0 {
+                        Out::Status(429)
+                    } else {
+                        Out::Ok
+                    },
+                ),
+                16 => Step::Retry(rng.below(32) as usize, Out::Ok, -1),
+                17..=18 => Step::Advance(rng.below(700)),
+                _ => Step::Sleep,
+            };
+            steps.push(step);
+        }
+        run_both(
+            &format!("many groups seed {seed}"),
+            s,
+            &["h0.example", "h1.example", "shared"],
+            &steps,
+        );
+    }
+    // The structures these timelines are meant to exercise exist (the other tests'
+    // crawls have a few hosts: one bucket, one leaf, no queue of its own).
+    let Some(server) = server() else { return };
+    let mut c = redis::Client::open(server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("{conf*").query(&mut c).unwrap();
+    let count = |pred: &dyn Fn(&[u8]) -> bool| keys.iter().filter(|k| pred(k)).count();
+    let after_tag = |k: &[u8]| {
+        k.splitn(2, |&b| b == b'}')
+            .nth(1)
+            .unwrap_or_default()
+            .to_vec()
+    };
+    let own_queues = count(&|k| after_tag(k).starts_with(b":q:"));
+    let buckets = count(&|k| after_tag(k).starts_with(b":N:"));
+    let split_leaves = count(&|k| {
+        let t = after_tag(k);
+        (t.starts_with(b":C|") || t.starts_with(b":E|")) && t.len() > 3
+    });
+    assert!(own_queues >= 1, "no queue overflowed to a key of its own");
+    assert!(buckets >= 8, "name buckets did not split: {buckets}");
+    assert!(
+        split_leaves >= 3,
+        "ordered sets did not split: {split_leaves}"
+    );
 }
