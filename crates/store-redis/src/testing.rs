@@ -17,15 +17,33 @@
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A running `redis-server` child process, killed on drop.
+/// A running `redis-server` child process, killed on drop, and also when the process
+/// that started it ends without dropping it (a server in a `static`, a test binary
+/// killed mid-run): a watchdog shell waits on a pipe that only this process holds open.
 #[derive(Debug)]
 pub struct RedisServer {
     child: Child,
     port: u16,
     dir: PathBuf,
+    watchdog: Option<(Child, ChildStdin)>,
+}
+
+/// A `sh` that kills `pid` once its standard input reaches end of file: when the
+/// returned pipe end is dropped, or the process holding it exits.
+fn watchdog(pid: u32) -> Option<(Child, ChildStdin)> {
+    let mut sh = Command::new("sh")
+        .arg("-c")
+        .arg(format!("read _ignored; kill {pid} 2>/dev/null"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .ok()?;
+    let stdin = sh.stdin.take()?;
+    Some((sh, stdin))
 }
 
 /// Whether `REQUIRE_REDIS=1` is set: a missing server must fail the test.
@@ -101,7 +119,13 @@ impl RedisServer {
             let deadline = Instant::now() + Duration::from_secs(10);
             while Instant::now() < deadline {
                 if ping(port) {
-                    return Ok(Some(RedisServer { child, port, dir }));
+                    let watchdog = watchdog(child.id());
+                    return Ok(Some(RedisServer {
+                        child,
+                        port,
+                        dir,
+                        watchdog,
+                    }));
                 }
                 if let Ok(Some(status)) = child.try_wait() {
                     last_err = format!("redis-server exited with {status} (port {port} taken?)");
@@ -146,6 +170,33 @@ impl Drop for RedisServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        if let Some((mut sh, stdin)) = self.watchdog.take() {
+            drop(stdin);
+            let _ = sh.wait();
+        }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The server goes when the pipe closes, as it does when the test process exits
+    /// with the server still in a `static`.
+    #[test]
+    fn the_server_dies_with_its_owner() {
+        let Some(mut server) = RedisServer::start_or_skip("watchdog") else {
+            return;
+        };
+        assert!(ping(server.port()));
+        let (mut sh, stdin) = server.watchdog.take().expect("a watchdog");
+        drop(stdin);
+        let _ = sh.wait();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while ping(server.port()) {
+            assert!(Instant::now() < deadline, "the server outlived its owner");
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
