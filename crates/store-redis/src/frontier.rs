@@ -720,7 +720,7 @@ impl RedisFrontier {
                 .and_then(|()| pipe.query::<Vec<Value>>(conn));
         }
         result.map_err(|e| {
-            let e = RedisStoreError::from_redis("push", e);
+            let e = RedisStoreError::from_pipeline("push", batches.len(), e);
             if e.is_connection_error() {
                 self.conn = None;
             }

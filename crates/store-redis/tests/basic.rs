@@ -516,3 +516,75 @@ fn another_layout_version_is_refused_with_a_clear_error() {
         other => panic!("expected a version error, got {other:?}"),
     }
 }
+
+#[test]
+fn script_errors_in_a_pipeline_keep_their_type_and_name_the_call() {
+    let Some(server) = RedisServer::start_or_skip("pipeline_errors") else {
+        return;
+    };
+    let config = RedisConfig {
+        push_batch: 1,
+        ..RedisConfig::default()
+    };
+    let mut f = open(&server, "pe", Settings::default(), config);
+    let mut c = conn(&server);
+    f.push(&Request::get("https://a.com/1"), t(0)).unwrap();
+    f.push(&Request::get("https://b.com/1"), t(0)).unwrap();
+    // b.com's name record is damaged: the first call of the pipeline (a.com) succeeds,
+    // the second fails.
+    let buckets: Vec<String> = redis::cmd("KEYS").arg("{pe}:N:*").query(&mut c).unwrap();
+    let bucket = buckets
+        .iter()
+        .find(|b| {
+            redis::cmd("HEXISTS")
+                .arg(b.as_str())
+                .arg("b.com")
+                .query::<bool>(&mut c)
+                .unwrap()
+        })
+        .expect("b.com has a record")
+        .clone();
+    let _: () = redis::cmd("HSET")
+        .arg(&bucket)
+        .arg("b.com")
+        .arg("\u{1}not a record")
+        .query(&mut c)
+        .unwrap();
+    let reqs = [
+        Request::get("https://a.com/2"),
+        Request::get("https://b.com/2"),
+    ];
+    match f.push_all(&reqs, t(0)) {
+        Err(FrontierError::Store(RedisStoreError::Corrupt { detail })) => {
+            assert!(detail.contains(&format!("{bucket}[b.com]")), "{detail}");
+            assert!(detail.contains("call 2 of 2 in a pipeline"), "{detail}");
+        }
+        other => panic!("expected a corrupt record, got {other:?}"),
+    }
+    // Damaged counters: every call fails; the first one is named.
+    let _: () = redis::cmd("SET")
+        .arg("{pe}:c")
+        .arg("short")
+        .query(&mut c)
+        .unwrap();
+    match f.push_all(&reqs, t(0)) {
+        Err(FrontierError::Store(RedisStoreError::Corrupt { detail })) => {
+            assert!(detail.contains("{pe}:c"), "{detail}");
+            assert!(detail.contains("call 1 of 2 in a pipeline"), "{detail}");
+        }
+        other => panic!("expected corrupt counters, got {other:?}"),
+    }
+    // A key of the wrong type, in a pipeline.
+    let mut g = open(&server, "pe2", Settings::default(), RedisConfig::default());
+    let _: () = redis::cmd("SET")
+        .arg("{pe2}:df")
+        .arg("x")
+        .query(&mut c)
+        .unwrap();
+    match g.push_all(&reqs, t(0)) {
+        Err(FrontierError::Store(RedisStoreError::WrongType { detail })) => {
+            assert!(detail.contains("call 1 of 1 in a pipeline"), "{detail}");
+        }
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+}
