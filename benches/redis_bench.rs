@@ -97,8 +97,7 @@ impl Server {
                     s.calls += calls;
                 }
                 // The bench's own reads and the connections' handshakes.
-                "info" | "config|resetstat" | "ping" | "hello" | "client|setinfo"
-                | "select" => {}
+                "info" | "config|resetstat" | "ping" | "hello" | "client|setinfo" | "select" => {}
                 _ => {
                     s.cmd_us += usec;
                     *s.cmds.entry(name.to_string()).or_default() += calls;

@@ -518,6 +518,91 @@ fn another_layout_version_is_refused_with_a_clear_error() {
 }
 
 #[test]
+fn batched_pushes_decide_as_pushes_one_at_a_time() {
+    use frontier_core::{DupeFilterConfig, Frontier, FrontierConfig, VolatileStore};
+    let Some(server) = RedisServer::start_or_skip("batched_push") else {
+        return;
+    };
+    let settings = Settings {
+        depth_limit: 3,
+        ..Settings::default().without_jitter()
+    };
+    // Duplicates inside one script call and across calls, requests that skip the filter,
+    // too deep, delayed, start requests, several scopes, unthrottled.
+    let mut reqs = Vec::new();
+    for i in 0..120u32 {
+        let url = format!("https://h{}.example/p/{}", i % 45 % 7, i % 45);
+        let mut r = Request::get(url.as_str()).priority((i % 5) as i32 - 2);
+        match i % 11 {
+            1 => r = r.dont_filter(),
+            2 => r = r.depth(4 + i % 2),
+            3 => r = r.delay(1.5),
+            4 => r = r.start(),
+            5 => r = r.dont_throttle(),
+            6 => r = r.depth(2),
+            _ => {}
+        }
+        reqs.push(r);
+    }
+    for (n, dupefilter) in [
+        DupeFilterConfig::Exact,
+        DupeFilterConfig::Bloom {
+            capacity: 60,
+            false_positive_rate: 0.2,
+        },
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let frontier = FrontierConfig {
+            dupefilter,
+            ..FrontierConfig::default()
+        };
+        let mut core =
+            Frontier::open(settings.clone(), frontier.clone(), VolatileStore, t(0)).unwrap();
+        let config = RedisConfig {
+            frontier,
+            push_batch: 13,
+            ..RedisConfig::default()
+        };
+        let mut f = open(&server, &format!("batched{n}"), settings.clone(), config);
+        let a: Vec<PushOutcome> = reqs.iter().map(|r| core.push(r, t(0)).unwrap()).collect();
+        let b = f.push_all(&reqs, t(0)).unwrap();
+        assert_eq!(a, b, "{dupefilter:?}");
+        assert!(
+            b.contains(&PushOutcome::Duplicate) && b.contains(&PushOutcome::TooDeep),
+            "{b:?}"
+        );
+        // The same queue: both hand out the same requests in the same order.
+        for s in 0..40 {
+            let mut got = (Vec::new(), Vec::new());
+            loop {
+                let x = core.poll(t(s)).unwrap();
+                let y = f.poll(t(s)).unwrap();
+                match (x, y) {
+                    (Poll::Ready(x), Poll::Ready(y)) => {
+                        assert_eq!(x.id(), y.id());
+                        got.0.push(x.request.url.clone());
+                        got.1.push(y.request.url.clone());
+                        core.complete(x.id(), &Outcome::status(200), t(s)).unwrap();
+                        f.complete(y.id(), &Outcome::status(200), t(s)).unwrap();
+                    }
+                    (x, y) => {
+                        assert_eq!(x, y, "at {s}s");
+                        break;
+                    }
+                }
+            }
+            assert_eq!(got.0, got.1);
+        }
+        assert_eq!(f.poll(t(100)).unwrap(), Poll::Empty);
+        let info = f.info().unwrap();
+        assert_eq!(info.stats.filtered, core.stats().filtered);
+        assert_eq!(info.stats.depth_ignored, core.stats().depth_ignored);
+    }
+}
+
+#[test]
 fn script_errors_in_a_pipeline_keep_their_type_and_name_the_call() {
     let Some(server) = RedisServer::start_or_skip("pipeline_errors") else {
         return;
