@@ -105,9 +105,15 @@ local function cload()
   C.seq, C.queued, C.delayed, C.inf, C.tick, C.gnext, C.groups, C.rh, C.rl, C.tclk, C.dmax,
     C.ovn, C.enq, C.deq, C.leased, C.acked, C.retried, C.redel, C.evicted, C.hL, C.hS,
     C.hN = sunpack(CFMT, raw)
-  for _, n in ipairs(CN) do
-    if C[n] ~= C[n] then fail('CORRUPT', KC .. ': counter ' .. n .. ' is not a number') end
+  -- Their sum is a number unless one is not (NaN); then find which.
+  local sum = 0
+  for _, n in ipairs(CN) do sum = sum + C[n] end
+  if sum ~= sum then
+    for _, n in ipairs(CN) do
+      if C[n] ~= C[n] then fail('CORRUPT', KC .. ': counter ' .. n .. ' is not a number') end
+    end
   end
+  C._raw = raw
 end
 local function cget(name)
   if not Cloaded then cload() end
@@ -119,11 +125,16 @@ local function cset(name, v)
   Cdirty = true
 end
 local function cadd(name, d) cset(name, cget(name) + d) end
+-- Written only when they changed (C._raw: as read).
 local function cflush()
   if not Cdirty then return end
-  call('SET', KC, spack(CFMT, C.seq, C.queued, C.delayed, C.inf, C.tick, C.gnext, C.groups,
+  local raw = spack(CFMT, C.seq, C.queued, C.delayed, C.inf, C.tick, C.gnext, C.groups,
     C.rh, C.rl, C.tclk, C.dmax, C.ovn, C.enq, C.deq, C.leased, C.acked, C.retried, C.redel,
-    C.evicted, C.hL, C.hS, C.hN))
+    C.evicted, C.hL, C.hS, C.hN)
+  if raw ~= C._raw then
+    call('SET', KC, raw)
+    C._raw = raw
+  end
   Cdirty = false
 end
 
@@ -580,6 +591,7 @@ local function tfind(name)
   local raw = call('HGET', KT, name)
   if not raw then return nil end
   st = tdecode(name, raw)
+  st._raw = raw   -- as stored: written back only when it changed
   Tcache[name] = st
   return st
 end
@@ -604,8 +616,12 @@ end
 local function tflush()
   local args = {}
   for name, st in pairs(Tcache) do
-    args[#args + 1] = name
-    args[#args + 1] = tencode(st)
+    local raw = tencode(st)
+    if raw ~= st._raw then
+      args[#args + 1] = name
+      args[#args + 1] = raw
+      st._raw = raw
+    end
   end
   if #args > 0 then hset_many(KT, args) end
 end
@@ -1054,7 +1070,12 @@ local function rec(name)
   local r = R[name]
   if r == nil then
     local raw = call('HGET', nbucket(name), name)
-    if raw then r = rdecode(name, raw) else r = false end
+    if raw then
+      r = rdecode(name, raw)
+      r._raw = raw   -- as stored: written back only when it changed
+    else
+      r = false
+    end
     R[name] = r
   end
   return r or nil
@@ -1090,7 +1111,13 @@ local function rec_prefetch(names)
       local v = call('HMGET', b, unpack(t, i, j))
       for x = i, j do
         local raw = v[x - i + 1]
-        if raw then R[t[x]] = rdecode(t[x], raw) else R[t[x]] = false end
+        if raw then
+          local r = rdecode(t[x], raw)
+          r._raw = raw
+          R[t[x]] = r
+        else
+          R[t[x]] = false
+        end
       end
     end
   end
@@ -1127,10 +1154,14 @@ local function rflush()
     local r = R[name]
     local b = nbucket(name)
     if r and (r.g or r.s) then
-      put[b] = put[b] or {}
-      local t = put[b]
-      t[#t + 1] = name
-      t[#t + 1] = rencode(name, r)
+      local raw = rencode(name, r)
+      if raw ~= r._raw or not r.stored then
+        put[b] = put[b] or {}
+        local t = put[b]
+        t[#t + 1] = name
+        t[#t + 1] = raw
+        r._raw = raw
+      end
       if not r.stored then
         r.stored = true
         cadd('hN', 1)
@@ -1138,6 +1169,7 @@ local function rflush()
     elseif r and r.stored then
       call('HDEL', b, name)
       r.stored = false
+      r._raw = nil
       cadd('hN', -1)
     end
   end
@@ -2218,7 +2250,15 @@ end
 OPS.poll = function(args)
   local lease_ns, limit = tonumber(args[1]), tonumber(args[2])
   local max = tonumber(args[3] or '1') or 1
-  redeliver_expired(NOW, limit)
+  -- The earliest expiry, read once: expired leases are looked for when it is due, and
+  -- unless some were redelivered it gives the next expiry at the end.
+  local lx = call('ZRANGE', KLX, '0', '0', 'WITHSCORES')
+  local first_exp = -1
+  if #lx > 0 then first_exp = tonumber(lx[2]) end
+  if first_exp >= 0 and first_exp <= NOW then
+    redeliver_expired(NOW, limit)
+    first_exp = nil
+  end
   evict_idle(tclamp(NOW), 2)
   local out = {0}
   local last = {'more'}
@@ -2257,7 +2297,12 @@ OPS.poll = function(args)
   out[#out + 1] = num(last[2] or -1)
   out[#out + 1] = call('HLEN', KL)
   out[#out + 1] = num(NOW)
-  out[#out + 1] = num(next_expiry())
+  if not first_exp then
+    first_exp = next_expiry()
+  elseif #lexp > 0 and (first_exp < 0 or exp < first_exp) then
+    first_exp = exp
+  end
+  out[#out + 1] = num(first_exp)
   out[#out + 1] = num(next_event_time())
   return out
 end

@@ -673,3 +673,37 @@ fn script_errors_in_a_pipeline_keep_their_type_and_name_the_call() {
         other => panic!("expected WrongType, got {other:?}"),
     }
 }
+
+#[test]
+fn poll_timeout_follows_the_earliest_lease_expiry() {
+    let Some(server) = RedisServer::start_or_skip("lease_expiry") else {
+        return;
+    };
+    let config = RedisConfig {
+        lease_timeout: std::time::Duration::from_secs(10),
+        recheck: std::time::Duration::from_secs(1000),
+        ..RedisConfig::default()
+    };
+    let mut f = open(&server, "lx", Settings::default().without_jitter(), config);
+    for h in ["a", "b", "c"] {
+        f.push(&Request::get(format!("https://{h}.com/")), t(0))
+            .unwrap();
+    }
+    let lease = |f: &mut RedisFrontier, s| match f.poll(t(s)).unwrap() {
+        Poll::Ready(l) => l,
+        other => panic!("{other:?} at {s}s"),
+    };
+    let a = lease(&mut f, 0);
+    assert_eq!(f.poll_timeout(), Some(t(10)));
+    let b = lease(&mut f, 3);
+    assert_eq!(f.poll_timeout(), Some(t(10)), "the earlier of two leases");
+    assert!(f.complete(a.id(), &Outcome::status(200), t(4)).unwrap());
+    let _c = lease(&mut f, 5);
+    assert_eq!(f.poll_timeout(), Some(t(13)), "a's lease ended");
+    assert_eq!(f.poll(t(6)).unwrap(), Poll::Empty);
+    assert_eq!(f.poll_timeout(), Some(t(13)));
+    // b's lease is due at 13 s: delivered again, now until 23 s; c's ends at 15 s.
+    let again = lease(&mut f, 13);
+    assert_eq!(again.request.url, b.request.url);
+    assert_eq!(f.poll_timeout(), Some(t(15)));
+}
