@@ -36,7 +36,15 @@
 //! - `dupefilter`: `redis_bytes_per_fp` (binary 64-bit fingerprints in a set) and
 //!   `dup_seen_ops_s` (pushes of already-seen URLs, pipelined);
 //! - `dupefilter_bloom`: the Bloom filter sized for N at 1%: `redis_bytes_per_fp`,
-//!   `false_positives` among the N distinct URLs.
+//!   `false_positives` among the N distinct URLs;
+//! - every phase also prints what the server did in it (`INFO commandstats`):
+//!   `redis_cmds` (commands the scripts ran), `redis_cmds_per_req`, `lua_us` (server
+//!   microseconds in Lua itself: the script calls' time without their commands'),
+//!   `lua_us_per_req`, `cmd_us_per_req` and `cmd_mix` (commands per request, by name);
+//! - `lease_floor`: the bare commands of one single-lease poll (the same commands on the
+//!   same kinds of keys, with no scheduling or throttling logic) in one function call:
+//!   `cmds_per_call`, `server_us_per_call`, `ops_s` one call after the other; and an
+//!   empty function (`empty_server_us_per_call`, `empty_ops_s`): the floor under `pop`.
 #![allow(clippy::print_stdout)]
 
 use std::time::Instant;
@@ -513,7 +521,130 @@ fn main() {
             srv.json(n as f64),
         );
     }
+    lease_floor(&mut c, &url, &reqs, now);
     let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
+}
+
+/// The commands of one single-lease `poll` as the script runs them (in order, on the
+/// crawl's own keys: its settings, counters, lease expiries, idle states, events, the
+/// candidates' index and first leaf, a host's record, scope state and queue bucket, the
+/// lease record and its expiry, the write-backs), with none of the script's logic:
+/// what a lease would cost if the scheduler and throttler were free. Writes put back
+/// what they read (the popped candidate goes back, the queue's `ZREM` misses), so every
+/// call does the same work.
+const FLOOR_LIBRARY: &str = r#"#!lua name=bench_floor
+redis.register_function('bench_floor_empty', function(keys, args) return 1 end)
+redis.register_function('bench_floor_lease', function(keys, a)
+  local call = redis.call
+  local P = keys[1]
+  local host, nb, q, slot = a[1], a[2], a[3], a[4]
+  call('HMGET', P .. 'cfg', 'layout', 'epoch_s', 'digest')
+  local c = call('GET', P .. 'c')
+  call('ZRANGE', P .. 'lx', '0', '0', 'WITHSCORES')
+  call('ZRANGE', P .. 'ti', '0', '0', 'WITHSCORES')
+  call('ZRANGE', P .. 'E', '0', '0')
+  local sep = call('ZRANGE', P .. 'C', '0', '0')[1]
+  local leaf = P .. 'C|' .. sep
+  local m = call('ZPOPMIN', leaf)[1]
+  call('ZCARD', leaf)
+  local rec = call('HGET', nb, host)
+  local st = call('HGET', P .. 't', host)
+  call('ZRANGE', q, slot, slot, 'BYSCORE', 'LIMIT', '0', '2')
+  call('ZREM', q, 'not a member')
+  call('ZREVRANGEBYLEX', P .. 'C', '[' .. m, '-', 'LIMIT', '0', '1')
+  call('ZADD', leaf, '0', m)
+  call('ZCARD', leaf)
+  call('HSET', P .. 'floor:L', '1', rec)
+  call('ZADD', P .. 'floor:lx', '1', '1')
+  call('HSET', P .. 't', host, st)
+  call('HSET', nb, host, rec)
+  call('SET', P .. 'c', c)
+  call('HLEN', P .. 'L')
+  return 1
+end)
+"#;
+
+/// `lease_floor`: [`FLOOR_LIBRARY`]'s bare commands of one lease (`cmds_per_call`,
+/// `server_us_per_call`, `cmd_us_per_call`: in the commands, `lua_us_per_call`, and
+/// `ops_s`: calls one after the other from here), and an `FCALL` of an empty function
+/// (`empty_server_us_per_call`, `empty_ops_s`: the round trip), next to the `pop` case's
+/// figures: the floor under a single-lease poll.
+fn lease_floor(c: &mut redis::Connection, url: &str, reqs: &[Request], now: Timestamp) {
+    const CALLS: usize = 5000;
+    let mut f = refilled(c, url, "floor", reqs, now);
+    // One lease first, so that its host has a scope state; its group is a candidate
+    // again (with its next request), listed as "tier, last served, number, key".
+    let Poll::Ready(lease) = f.poll(now).unwrap() else {
+        panic!("nothing to lease")
+    };
+    let mut host = String::new();
+    frontier_core::group_key(&lease.request, &mut host).expect("a host");
+    let leaves: Vec<Vec<u8>> = redis::cmd("KEYS").arg("{floor}:C|*").query(c).unwrap();
+    let gid = leaves
+        .iter()
+        .flat_map(|leaf| {
+            redis::cmd("ZRANGE")
+                .arg(leaf.as_slice())
+                .arg(0)
+                .arg(-1)
+                .query::<Vec<Vec<u8>>>(c)
+                .unwrap()
+        })
+        .find_map(|m| {
+            let key = m.strip_suffix(host.as_bytes())?;
+            let at = key.len().checked_sub(4)?;
+            Some(u32::from_be_bytes(key[at..].try_into().ok()?))
+        })
+        .expect("the leased host is a candidate again");
+    let buckets: Vec<String> = redis::cmd("KEYS").arg("{floor}:N:*").query(c).unwrap();
+    let bucket = buckets
+        .into_iter()
+        .find(|b| {
+            redis::cmd("HEXISTS")
+                .arg(b)
+                .arg(&host)
+                .query::<bool>(c)
+                .unwrap()
+        })
+        .expect("the host has a record");
+    let _: redis::Value = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(FLOOR_LIBRARY)
+        .query(c)
+        .unwrap();
+    let q = format!("{{floor}}:Q:{}", gid / 16);
+    let slot = (gid % 16).to_string();
+    let mut run = |function: &str| {
+        reset_stats(c);
+        let t0 = Instant::now();
+        for _ in 0..CALLS {
+            let _: redis::Value = redis::cmd("FCALL")
+                .arg(function)
+                .arg(1)
+                .arg("{floor}:")
+                .arg(&host)
+                .arg(&bucket)
+                .arg(&q)
+                .arg(&slot)
+                .query(c)
+                .unwrap();
+        }
+        let s = t0.elapsed().as_secs_f64();
+        (Server::read(c), CALLS as f64 / s)
+    };
+    let (floor, floor_rate) = run("bench_floor_lease");
+    let (empty, empty_rate) = run("bench_floor_empty");
+    let calls = CALLS as f64;
+    println!(
+        "{{\"case\": \"lease_floor\", \"calls\": {CALLS}, \"cmds_per_call\": {:.1}, \"server_us_per_call\": {:.1}, \"cmd_us_per_call\": {:.1}, \"lua_us_per_call\": {:.1}, \"ops_s\": {floor_rate:.1}, \"empty_server_us_per_call\": {:.1}, \"empty_ops_s\": {empty_rate:.1}}}",
+        floor.commands() / calls,
+        floor.script_us / calls,
+        floor.cmd_us / calls,
+        floor.lua_us() / calls,
+        empty.script_us / calls,
+    );
+    drop(f);
 }
 
 /// Workers (threads, one connection each) in the concurrent pop cases.
