@@ -94,9 +94,12 @@ end
 local C = {}
 local Cdirty = false
 local Cloaded = false
+-- The table C is kept from call to call (its 22 fields are allocated once, not on every
+-- call) but its values are read again in each call before any use (Cloaded).
 local function cload()
   Cloaded = true
   local raw = call('GET', KC)
+  C._raw = raw or nil
   if not raw then
     for _, n in ipairs(CN) do C[n] = 0 end
     return
@@ -106,14 +109,14 @@ local function cload()
     C.ovn, C.enq, C.deq, C.leased, C.acked, C.retried, C.redel, C.evicted, C.hL, C.hS,
     C.hN = sunpack(CFMT, raw)
   -- Their sum is a number unless one is not (NaN); then find which.
-  local sum = 0
-  for _, n in ipairs(CN) do sum = sum + C[n] end
+  local sum = C.seq + C.queued + C.delayed + C.inf + C.tick + C.gnext + C.groups + C.rh
+    + C.rl + C.tclk + C.dmax + C.ovn + C.enq + C.deq + C.leased + C.acked + C.retried
+    + C.redel + C.evicted + C.hL + C.hS + C.hN
   if sum ~= sum then
     for _, n in ipairs(CN) do
       if C[n] ~= C[n] then fail('CORRUPT', KC .. ': counter ' .. n .. ' is not a number') end
     end
   end
-  C._raw = raw
 end
 local function cget(name)
   if not Cloaded then cload() end
@@ -748,6 +751,17 @@ local CARD = {}
 -- (false: empty), until it changes; dfadd and bfset, what the duplicate filter's batch
 -- check marks at the end of a push.
 local X = {}
+-- `t` emptied, or a new table when it had grown (an empty table keeps its size, and
+-- `pairs` would scan all of it).
+function cos.fresh(t)
+  local n = 0
+  for k in pairs(t) do
+    n = n + 1
+    if n > 32 then return {} end
+    t[k] = nil
+  end
+  return t
+end
 function cos.card(key)
   local n = CARD[key]
   if not n then
@@ -2539,14 +2553,19 @@ local function reset(prefix)
     KEYC[P] = k
   end
   KC, KCFG, KT, KOV, KCAND, KEV, KTI, KDR, KL, KLX, KST = unpack(k)
-  CARD = {}
-  X = {first = {}, fsep = {}}
-  C, Cdirty, Cloaded = {}, false, false
+  -- The call's tables are emptied and used again (fewer allocations, so less work for
+  -- Lua's collector, which costs more than the tables themselves); big ones are new.
+  local fresh = cos.fresh
+  CARD = fresh(CARD)
+  local first, fsep = X.first or {}, X.fsep or {}
+  X = fresh(X)
+  X.first, X.fsep = fresh(first), fresh(fsep)
+  Cdirty, Cloaded = false, false   -- C's values are read again before any use
   S, SRAW, SDIGEST, SC, EPOCH_S, LAYOUT_SEEN = nil, nil, nil, nil, nil, nil
-  Pcache, Pkey = {}, {}
+  Pcache, Pkey = fresh(Pcache), fresh(Pkey)
   NOW = nil
-  Tcache = {}
-  Nb, R, Rdirty, U, NBK = {}, {}, {}, {}, {}
+  Tcache = fresh(Tcache)
+  Nb, R, Rdirty, U, NBK = fresh(Nb), fresh(R), fresh(Rdirty), fresh(U), fresh(NBK)
 end
 
 local bare = {init = true, callback = true, callback_name = true, debug_ns = true,
