@@ -36,7 +36,15 @@
 //! - `dupefilter`: `redis_bytes_per_fp` (binary 64-bit fingerprints in a set) and
 //!   `dup_seen_ops_s` (pushes of already-seen URLs, pipelined);
 //! - `dupefilter_bloom`: the Bloom filter sized for N at 1%: `redis_bytes_per_fp`,
-//!   `false_positives` among the N distinct URLs.
+//!   `false_positives` among the N distinct URLs;
+//! - every phase also prints what the server did in it (`INFO commandstats`):
+//!   `redis_cmds` (commands the scripts ran), `redis_cmds_per_req`, `lua_us` (server
+//!   microseconds in Lua itself: the script calls' time without their commands'),
+//!   `lua_us_per_req`, `cmd_us_per_req` and `cmd_mix` (commands per request, by name);
+//! - `lease_floor`: the bare commands of one single-lease poll (the same commands on the
+//!   same kinds of keys, with no scheduling or throttling logic) in one function call:
+//!   `cmds_per_call`, `server_us_per_call`, `ops_s` one call after the other; and an
+//!   empty function (`empty_server_us_per_call`, `empty_ops_s`): the floor under `pop`.
 #![allow(clippy::print_stdout)]
 
 use std::time::Instant;
@@ -55,29 +63,97 @@ fn used_memory(c: &mut redis::Connection) -> i64 {
         .expect("used_memory")
 }
 
-/// Server time spent in script calls (`FCALL`, `EVALSHA`) since the last call of this
-/// function, in microseconds, and how many calls (`INFO commandstats`, then `CONFIG
-/// RESETSTAT`): the server's own cost, without the round trips.
-fn script_time(c: &mut redis::Connection) -> (f64, f64) {
-    let info: String = redis::cmd("INFO").arg("commandstats").query(c).unwrap();
-    let (mut usec, mut calls) = (0.0, 0.0);
-    for line in info.lines() {
-        let Some(stats) = line
-            .strip_prefix("cmdstat_fcall:")
-            .or_else(|| line.strip_prefix("cmdstat_evalsha:"))
-        else {
-            continue;
-        };
-        for kv in stats.split(',') {
-            if let Some(v) = kv.strip_prefix("usec=") {
-                usec += v.trim().parse::<f64>().unwrap();
-            } else if let Some(v) = kv.strip_prefix("calls=") {
-                calls += v.trim().parse::<f64>().unwrap();
+/// What the server did in one phase (`INFO commandstats`, then `CONFIG RESETSTAT`): the
+/// time in script calls (`FCALL`, `EVALSHA`) and how many, and the commands those
+/// scripts ran (each counted in its own `cmdstat_*` line), by name, with their time. The
+/// server's own cost, without the round trips.
+#[derive(Default)]
+struct Server {
+    /// Microseconds in script calls, the commands they ran included.
+    script_us: f64,
+    /// Script calls.
+    calls: f64,
+    /// Commands run by the scripts (and the few the client sends itself: `SET NX` of a
+    /// Bloom filter, a worker's `FUNCTION LOAD`...), by name.
+    cmds: std::collections::BTreeMap<String, f64>,
+    /// Microseconds in those commands.
+    cmd_us: f64,
+}
+
+impl Server {
+    fn read(c: &mut redis::Connection) -> Server {
+        let info: String = redis::cmd("INFO").arg("commandstats").query(c).unwrap();
+        let mut s = Server::default();
+        for line in info.lines() {
+            let Some((name, stats)) = line
+                .strip_prefix("cmdstat_")
+                .and_then(|l| l.split_once(':'))
+            else {
+                continue;
+            };
+            let (mut usec, mut calls) = (0.0, 0.0);
+            for kv in stats.split(',') {
+                if let Some(v) = kv.strip_prefix("usec=") {
+                    usec = v.trim().parse::<f64>().unwrap();
+                } else if let Some(v) = kv.strip_prefix("calls=") {
+                    calls = v.trim().parse::<f64>().unwrap();
+                }
+            }
+            match name {
+                "fcall" | "fcall_ro" | "evalsha" | "eval" => {
+                    s.script_us += usec;
+                    s.calls += calls;
+                }
+                // The bench's own reads and the connections' handshakes.
+                "info" | "config|resetstat" | "ping" | "hello" | "client|setinfo" | "select" => {}
+                _ => {
+                    s.cmd_us += usec;
+                    *s.cmds.entry(name.to_string()).or_default() += calls;
+                }
             }
         }
+        let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(c).unwrap();
+        s
     }
-    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(c).unwrap();
-    (usec, calls)
+
+    /// Commands run in the phase.
+    fn commands(&self) -> f64 {
+        self.cmds.values().sum()
+    }
+
+    /// Microseconds of the script calls spent in Lua itself (the calls' time without the
+    /// commands they ran).
+    fn lua_us(&self) -> f64 {
+        (self.script_us - self.cmd_us).max(0.0)
+    }
+
+    /// The JSON fields every phase prints, per `per` units of work (requests or leases):
+    /// `redis_cmds` (commands run in the phase), `redis_cmds_per_req`, `lua_us` (server
+    /// microseconds in Lua in the phase), `lua_us_per_req`, `cmd_us_per_req` (in the
+    /// commands) and `cmd_mix` (commands per unit, by name).
+    fn json(&self, per: f64) -> String {
+        let per = per.max(1.0);
+        let mix: Vec<String> = self
+            .cmds
+            .iter()
+            .filter(|(_, n)| **n / per >= 0.005)
+            .map(|(k, n)| format!("\"{k}\": {:.2}", n / per))
+            .collect();
+        format!(
+            "\"redis_cmds\": {:.0}, \"redis_cmds_per_req\": {:.2}, \"lua_us\": {:.0}, \"lua_us_per_req\": {:.1}, \"cmd_us_per_req\": {:.1}, \"cmd_mix\": {{{}}}",
+            self.commands(),
+            self.commands() / per,
+            self.lua_us(),
+            self.lua_us() / per,
+            self.cmd_us / per,
+            mix.join(", ")
+        )
+    }
+}
+
+/// Starts a phase: forgets the server's command statistics (see [`Server`]).
+fn reset_stats(c: &mut redis::Connection) {
+    Server::read(c);
 }
 
 fn key_usage(c: &mut redis::Connection, pattern: &str) -> i64 {
@@ -202,10 +278,10 @@ fn main() {
             ..RedisConfig::default()
         };
         let mut f = RedisFrontier::open(&url, "queue", settings(), config).unwrap();
-        // Both memory readings follow a CONFIG RESETSTAT (in script_time): it frees the
+        // Both memory readings follow a CONFIG RESETSTAT (in reset_stats): it frees the
         // latency histograms Redis allocates per command on its first use (~30 KB each,
         // for every command the script calls), which are not queue data.
-        script_time(&mut c);
+        reset_stats(&mut c);
         let mem0 = used_memory(&mut c);
         let t0 = Instant::now();
         for chunk in reqs.chunks(10_000) {
@@ -215,13 +291,14 @@ fn main() {
         // The pushing connection's input buffer (up to a pipeline of 10 calls of 1,000
         // requests) is not queue data either: it goes with the connection.
         drop(f);
-        let (push_us, _) = script_time(&mut c);
+        let srv = Server::read(&mut c);
         let mem1 = used_memory(&mut c);
         println!(
-            "{{\"case\": \"push_no_dupefilter\", \"n\": {n}, \"d\": {hosts}, \"push_ops_s\": {:.1}, \"server_us_per_req\": {:.1}, \"redis_bytes_per_req\": {:.1}, \"avg_url_len\": {url_len:.1}}}",
+            "{{\"case\": \"push_no_dupefilter\", \"n\": {n}, \"d\": {hosts}, \"push_ops_s\": {:.1}, \"server_us_per_req\": {:.1}, \"redis_bytes_per_req\": {:.1}, \"avg_url_len\": {url_len:.1}, {}}}",
             n as f64 / push_s,
-            push_us / n as f64,
+            srv.script_us / n as f64,
             (mem1 - mem0) as f64 / n as f64,
+            srv.json(n as f64),
         );
         layout(&mut c, "queue", n, hosts);
         let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
@@ -230,7 +307,7 @@ fn main() {
     // ------------------------------------------------ push with the dupefilter
     let mut f = RedisFrontier::open(&url, "bench", settings(), RedisConfig::default()).unwrap();
     // Warm the script cache and the callback table (not counted).
-    script_time(&mut c);
+    reset_stats(&mut c);
     let mem0 = used_memory(&mut c);
     let t0 = Instant::now();
     for chunk in reqs.chunks(10_000) {
@@ -241,7 +318,7 @@ fn main() {
     // As above: measured without the pushing connection's input buffer (a new handle on
     // the same crawl goes on with the pops).
     drop(f);
-    script_time(&mut c);
+    let srv = Server::read(&mut c);
     let mem1 = used_memory(&mut c);
     let mut f = RedisFrontier::open(&url, "bench", settings(), RedisConfig::default()).unwrap();
     // The queue's keys: queue buckets and own queues, name records, candidates.
@@ -276,11 +353,13 @@ fn main() {
         (total, count)
     };
     println!(
-        "{{\"case\": \"push\", \"n\": {n}, \"d\": {hosts}, \"push_ops_s\": {:.1}, \"redis_bytes_per_req\": {:.1}, \"redis_key_usage_bytes_per_req\": {:.1}, \"avg_url_len\": {url_len:.1}, \"avg_payload_len\": {:.1}}}",
+        "{{\"case\": \"push\", \"n\": {n}, \"d\": {hosts}, \"push_ops_s\": {:.1}, \"server_us_per_req\": {:.1}, \"redis_bytes_per_req\": {:.1}, \"redis_key_usage_bytes_per_req\": {:.1}, \"avg_url_len\": {url_len:.1}, \"avg_payload_len\": {:.1}, {}}}",
         n as f64 / push_s,
+        srv.script_us / n as f64,
         (mem1 - mem0) as f64 / n as f64,
         queue_usage as f64 / n as f64,
         payload as f64 / sampled.max(1) as f64,
+        srv.json(n as f64),
     );
     println!(
         "{{\"case\": \"dupefilter\", \"n\": {n}, \"redis_bytes_per_fp\": {:.1}}}",
@@ -300,6 +379,7 @@ fn main() {
             ..RedisConfig::default()
         };
         let mut b = RedisFrontier::open(&url, "bloom", settings(), config).unwrap();
+        reset_stats(&mut c);
         let t0 = Instant::now();
         let mut dropped = 0;
         for chunk in reqs.chunks(10_000) {
@@ -307,11 +387,14 @@ fn main() {
             dropped += out.iter().filter(|o| **o == PushOutcome::Duplicate).count();
         }
         let bloom_s = t0.elapsed().as_secs_f64();
+        let srv = Server::read(&mut c);
         let bytes = key_usage(&mut c, "{bloom}:bf:*");
         println!(
-            "{{\"case\": \"dupefilter_bloom\", \"n\": {n}, \"redis_bytes_per_fp\": {:.2}, \"false_positives\": {dropped}, \"push_ops_s\": {:.1}}}",
+            "{{\"case\": \"dupefilter_bloom\", \"n\": {n}, \"redis_bytes_per_fp\": {:.2}, \"false_positives\": {dropped}, \"push_ops_s\": {:.1}, \"server_us_per_req\": {:.1}, {}}}",
             bytes as f64 / n as f64,
-            n as f64 / bloom_s
+            n as f64 / bloom_s,
+            srv.script_us / n as f64,
+            srv.json(n as f64),
         );
         let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("{bloom}:*").query(&mut c).unwrap();
         let _: () = redis::cmd("DEL").arg(keys).query(&mut c).unwrap();
@@ -319,18 +402,22 @@ fn main() {
 
     // ----------------------------------------------------------- duplicates
     let dups = &reqs[..n.min(50_000)];
+    reset_stats(&mut c);
     let t0 = Instant::now();
     let out = f.push_all(dups, now).unwrap();
     let dup_s = t0.elapsed().as_secs_f64();
+    let srv = Server::read(&mut c);
     assert!(out.iter().all(|o| *o == PushOutcome::Duplicate));
     println!(
-        "{{\"case\": \"dupefilter_seen\", \"n\": {}, \"dup_seen_ops_s\": {:.1}}}",
+        "{{\"case\": \"dupefilter_seen\", \"n\": {}, \"dup_seen_ops_s\": {:.1}, \"server_us_per_req\": {:.1}, {}}}",
         dups.len(),
-        dups.len() as f64 / dup_s
+        dups.len() as f64 / dup_s,
+        srv.script_us / dups.len() as f64,
+        srv.json(dups.len() as f64),
     );
 
     // ----------------------------------------------------------------- pop
-    script_time(&mut c);
+    reset_stats(&mut c);
     let t0 = Instant::now();
     let mut popped = 0usize;
     let mut last_priority = i32::MAX;
@@ -343,17 +430,18 @@ fn main() {
         popped += 1;
     }
     let pop_s = t0.elapsed().as_secs_f64();
-    let (pop_us, pop_calls) = script_time(&mut c);
+    let srv = Server::read(&mut c);
     assert_eq!(popped, n);
     println!(
-        "{{\"case\": \"pop\", \"n\": {n}, \"pop_ops_s\": {:.1}, \"server_us_per_call\": {:.1}, \"order_errors\": {order_errors}}}",
+        "{{\"case\": \"pop\", \"n\": {n}, \"pop_ops_s\": {:.1}, \"server_us_per_call\": {:.1}, \"order_errors\": {order_errors}, {}}}",
         n as f64 / pop_s,
-        pop_us / pop_calls.max(1.0)
+        srv.script_us / srv.calls.max(1.0),
+        srv.json(n as f64),
     );
 
     // --------------------------------------------------------- batched pop
     let mut f = refilled(&mut c, &url, "bench3", &reqs, now);
-    script_time(&mut c);
+    reset_stats(&mut c);
     let t0 = Instant::now();
     let mut popped = 0usize;
     loop {
@@ -364,17 +452,19 @@ fn main() {
         popped += batch.len();
     }
     let popb_s = t0.elapsed().as_secs_f64();
-    let (popb_us, _) = script_time(&mut c);
+    let srv = Server::read(&mut c);
     assert_eq!(popped, n);
     println!(
-        "{{\"case\": \"pop_batch\", \"n\": {n}, \"batch\": 64, \"pop_batch_ops_s\": {:.1}, \"server_us_per_lease\": {:.1}}}",
+        "{{\"case\": \"pop_batch\", \"n\": {n}, \"batch\": 64, \"pop_batch_ops_s\": {:.1}, \"server_us_per_lease\": {:.1}, {}}}",
         n as f64 / popb_s,
-        popb_us / n as f64
+        srv.script_us / n as f64,
+        srv.json(n as f64),
     );
 
     // ------------------------------------------------------ poll + complete
     let mut f = refilled(&mut c, &url, "bench2", &reqs, now);
     let ok = Outcome::status(200);
+    reset_stats(&mut c);
     let t0 = Instant::now();
     let mut done = 0usize;
     while let Poll::Ready(lease) = f.poll(now).unwrap() {
@@ -382,10 +472,13 @@ fn main() {
         done += 1;
     }
     let pc_s = t0.elapsed().as_secs_f64();
+    let srv = Server::read(&mut c);
     assert_eq!(done, n);
     println!(
-        "{{\"case\": \"poll_complete\", \"n\": {n}, \"poll_complete_ops_s\": {:.1}}}",
-        n as f64 / pc_s
+        "{{\"case\": \"poll_complete\", \"n\": {n}, \"poll_complete_ops_s\": {:.1}, \"server_us_per_req\": {:.1}, {}}}",
+        n as f64 / pc_s,
+        srv.script_us / n as f64,
+        srv.json(n as f64),
     );
 
     // ------------------------------------------ several workers popping at once
@@ -394,7 +487,7 @@ fn main() {
     for (batch, label) in [(1usize, "pop_workers"), (64, "pop_batch_workers")] {
         let f = refilled(&mut c, &url, "bench4", &reqs, now);
         drop(f);
-        script_time(&mut c);
+        reset_stats(&mut c);
         let t0 = Instant::now();
         let popped: usize = std::thread::scope(|s| {
             let workers: Vec<_> = (0..WORKERS)
@@ -419,15 +512,139 @@ fn main() {
         });
         let s = t0.elapsed().as_secs_f64();
         // Includes each worker's opening call (4 of them).
-        let (us, _) = script_time(&mut c);
+        let srv = Server::read(&mut c);
         assert_eq!(popped, n);
         println!(
-            "{{\"case\": \"{label}\", \"n\": {n}, \"workers\": {WORKERS}, \"batch\": {batch}, \"pop_ops_s\": {:.1}, \"server_us_per_lease\": {:.1}}}",
+            "{{\"case\": \"{label}\", \"n\": {n}, \"workers\": {WORKERS}, \"batch\": {batch}, \"pop_ops_s\": {:.1}, \"server_us_per_lease\": {:.1}, {}}}",
             n as f64 / s,
-            us / n as f64
+            srv.script_us / n as f64,
+            srv.json(n as f64),
         );
     }
+    lease_floor(&mut c, &url, &reqs, now);
     let _: () = redis::cmd("FLUSHALL").query(&mut c).unwrap();
+}
+
+/// The commands of one single-lease `poll` as the script runs them (in order, on the
+/// crawl's own keys: its settings, counters, lease expiries, idle states, events, the
+/// candidates' index and first leaf, a host's record, scope state and queue bucket, the
+/// lease record and its expiry, the write-backs), with none of the script's logic:
+/// what a lease would cost if the scheduler and throttler were free. Writes put back
+/// what they read (the popped candidate goes back, the queue's `ZREM` misses), so every
+/// call does the same work.
+const FLOOR_LIBRARY: &str = r#"#!lua name=bench_floor
+redis.register_function('bench_floor_empty', function(keys, args) return 1 end)
+redis.register_function('bench_floor_lease', function(keys, a)
+  local call = redis.call
+  local P = keys[1]
+  local host, nb, q, slot = a[1], a[2], a[3], a[4]
+  call('HMGET', P .. 'cfg', 'layout', 'epoch_s', 'digest')
+  local c = call('GET', P .. 'c')
+  call('ZRANGE', P .. 'lx', '0', '0', 'WITHSCORES')
+  call('ZRANGE', P .. 'ti', '0', '0', 'WITHSCORES')
+  call('ZRANGE', P .. 'E', '0', '0')
+  local sep = call('ZRANGE', P .. 'C', '0', '0')[1]
+  local leaf = P .. 'C|' .. sep
+  local m = call('ZPOPMIN', leaf)[1]
+  call('ZCARD', leaf)
+  local rec = call('HGET', nb, host)
+  local st = call('HGET', P .. 't', host)
+  call('ZRANGE', q, slot, slot, 'BYSCORE', 'LIMIT', '0', '2')
+  call('ZREM', q, 'not a member')
+  call('ZREVRANGEBYLEX', P .. 'C', '[' .. m, '-', 'LIMIT', '0', '1')
+  call('ZADD', leaf, '0', m)
+  call('ZCARD', leaf)
+  call('HSET', P .. 'floor:L', '1', rec)
+  call('ZADD', P .. 'floor:lx', '1', '1')
+  call('HSET', P .. 't', host, st)
+  call('HSET', nb, host, rec)
+  call('SET', P .. 'c', c)
+  call('HLEN', P .. 'L')
+  return 1
+end)
+"#;
+
+/// `lease_floor`: [`FLOOR_LIBRARY`]'s bare commands of one lease (`cmds_per_call`,
+/// `server_us_per_call`, `cmd_us_per_call`: in the commands, `lua_us_per_call`, and
+/// `ops_s`: calls one after the other from here), and an `FCALL` of an empty function
+/// (`empty_server_us_per_call`, `empty_ops_s`: the round trip), next to the `pop` case's
+/// figures: the floor under a single-lease poll.
+fn lease_floor(c: &mut redis::Connection, url: &str, reqs: &[Request], now: Timestamp) {
+    const CALLS: usize = 5000;
+    let mut f = refilled(c, url, "floor", reqs, now);
+    // One lease first, so that its host has a scope state; its group is a candidate
+    // again (with its next request), listed as "tier, last served, number, key".
+    let Poll::Ready(lease) = f.poll(now).unwrap() else {
+        panic!("nothing to lease")
+    };
+    let mut host = String::new();
+    frontier_core::group_key(&lease.request, &mut host).expect("a host");
+    let leaves: Vec<Vec<u8>> = redis::cmd("KEYS").arg("{floor}:C|*").query(c).unwrap();
+    let gid = leaves
+        .iter()
+        .flat_map(|leaf| {
+            redis::cmd("ZRANGE")
+                .arg(leaf.as_slice())
+                .arg(0)
+                .arg(-1)
+                .query::<Vec<Vec<u8>>>(c)
+                .unwrap()
+        })
+        .find_map(|m| {
+            let key = m.strip_suffix(host.as_bytes())?;
+            let at = key.len().checked_sub(4)?;
+            Some(u32::from_be_bytes(key[at..].try_into().ok()?))
+        })
+        .expect("the leased host is a candidate again");
+    let buckets: Vec<String> = redis::cmd("KEYS").arg("{floor}:N:*").query(c).unwrap();
+    let bucket = buckets
+        .into_iter()
+        .find(|b| {
+            redis::cmd("HEXISTS")
+                .arg(b)
+                .arg(&host)
+                .query::<bool>(c)
+                .unwrap()
+        })
+        .expect("the host has a record");
+    let _: redis::Value = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(FLOOR_LIBRARY)
+        .query(c)
+        .unwrap();
+    let q = format!("{{floor}}:Q:{}", gid / 16);
+    let slot = (gid % 16).to_string();
+    let mut run = |function: &str| {
+        reset_stats(c);
+        let t0 = Instant::now();
+        for _ in 0..CALLS {
+            let _: redis::Value = redis::cmd("FCALL")
+                .arg(function)
+                .arg(1)
+                .arg("{floor}:")
+                .arg(&host)
+                .arg(&bucket)
+                .arg(&q)
+                .arg(&slot)
+                .query(c)
+                .unwrap();
+        }
+        let s = t0.elapsed().as_secs_f64();
+        (Server::read(c), CALLS as f64 / s)
+    };
+    let (floor, floor_rate) = run("bench_floor_lease");
+    let (empty, empty_rate) = run("bench_floor_empty");
+    let calls = CALLS as f64;
+    println!(
+        "{{\"case\": \"lease_floor\", \"calls\": {CALLS}, \"cmds_per_call\": {:.1}, \"server_us_per_call\": {:.1}, \"cmd_us_per_call\": {:.1}, \"lua_us_per_call\": {:.1}, \"ops_s\": {floor_rate:.1}, \"empty_server_us_per_call\": {:.1}, \"empty_ops_s\": {empty_rate:.1}}}",
+        floor.commands() / calls,
+        floor.script_us / calls,
+        floor.cmd_us / calls,
+        floor.lua_us() / calls,
+        empty.script_us / calls,
+    );
+    drop(f);
 }
 
 /// Workers (threads, one connection each) in the concurrent pop cases.

@@ -59,39 +59,86 @@ pub enum RedisStoreError {
     Unsupported(&'static str),
 }
 
+/// What one of the script's error codes maps to.
+#[derive(Clone, Copy)]
+enum Coded {
+    Corrupt,
+    Version,
+    Config,
+    WrongType,
+}
+
+impl Coded {
+    /// The code of a server error, or of one raised inside a script and wrapped ("ERR
+    /// user_script:1: PFCORRUPT ..."), and the detail after it.
+    fn find(code: &str, detail: &str, text: &str) -> Option<(Coded, String)> {
+        let direct = match code {
+            "PFCORRUPT" => Some(Coded::Corrupt),
+            "PFVERSION" => Some(Coded::Version),
+            "PFCONFIG" => Some(Coded::Config),
+            "WRONGTYPE" => Some(Coded::WrongType),
+            _ => None,
+        };
+        if let Some(c) = direct {
+            return Some((c, detail.to_string()));
+        }
+        for (tag, c) in [
+            ("PFCORRUPT ", Coded::Corrupt),
+            ("PFVERSION ", Coded::Version),
+            ("PFCONFIG ", Coded::Config),
+            ("WRONGTYPE", Coded::WrongType),
+        ] {
+            if let Some(at) = text.find(tag) {
+                return Some((c, text[at + tag.len()..].trim().to_string()));
+            }
+        }
+        None
+    }
+
+    fn error(self, detail: String, text: String) -> RedisStoreError {
+        match self {
+            Coded::Corrupt => RedisStoreError::Corrupt { detail },
+            Coded::Version => RedisStoreError::Version { detail },
+            Coded::Config => RedisStoreError::Invalid { detail },
+            Coded::WrongType => RedisStoreError::WrongType { detail: text },
+        }
+    }
+}
+
 impl RedisStoreError {
     /// Maps a client error, recognising the script's own error codes.
     pub(crate) fn from_redis(op: &'static str, e: redis::RedisError) -> Self {
-        let detail = e.detail().unwrap_or_default().to_string();
+        let detail = e.detail().unwrap_or_default();
         let code = e.code().unwrap_or_default();
-        match code {
-            "PFCORRUPT" => RedisStoreError::Corrupt { detail },
-            "PFVERSION" => RedisStoreError::Version { detail },
-            "PFCONFIG" => RedisStoreError::Invalid { detail },
-            "WRONGTYPE" => RedisStoreError::WrongType {
-                detail: e.to_string(),
-            },
-            _ => {
-                // Errors raised inside a script arrive wrapped ("ERR user_script:1: ...").
-                let text = e.to_string();
-                for (tag, make) in [
-                    ("PFCORRUPT ", 0),
-                    ("PFVERSION ", 1),
-                    ("PFCONFIG ", 2),
-                    ("WRONGTYPE", 3),
-                ] {
-                    if let Some(at) = text.find(tag) {
-                        let detail = text[at + tag.len()..].trim().to_string();
-                        return match make {
-                            0 => RedisStoreError::Corrupt { detail },
-                            1 => RedisStoreError::Version { detail },
-                            2 => RedisStoreError::Invalid { detail },
-                            _ => RedisStoreError::WrongType { detail: text },
-                        };
-                    }
-                }
-                RedisStoreError::Redis { op, source: e }
+        let text = e.to_string();
+        match Coded::find(code, detail, &text) {
+            Some((c, detail)) => c.error(detail, text),
+            None => RedisStoreError::Redis { op, source: e },
+        }
+    }
+
+    /// Maps the error of a pipeline of `commands` script calls: the first failing call's
+    /// server error is mapped as [`from_redis`](Self::from_redis) maps a lone one (the
+    /// client reports a pipeline's errors as one list, whose text carries no code the
+    /// mapping could find), its detail naming the call ("call 3 of 5 in a pipeline").
+    /// The other errors of the pipeline, and errors that are not the server's
+    /// (connection lost), are mapped as from a lone command.
+    pub(crate) fn from_pipeline(op: &'static str, commands: usize, e: redis::RedisError) -> Self {
+        let first = e
+            .clone()
+            .into_server_errors()
+            .and_then(|items| items.first().cloned());
+        let Some((index, server)) = first else {
+            return Self::from_redis(op, e);
+        };
+        let detail = server.details().unwrap_or_default();
+        let text = server.to_string();
+        match Coded::find(server.code(), detail, &text) {
+            Some((c, detail)) => {
+                let at = format!("{op}: call {} of {commands} in a pipeline", index + 1);
+                c.error(format!("{detail} ({at})"), format!("{text} ({at})"))
             }
+            None => RedisStoreError::Redis { op, source: e },
         }
     }
 

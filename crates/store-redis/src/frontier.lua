@@ -94,9 +94,12 @@ end
 local C = {}
 local Cdirty = false
 local Cloaded = false
+-- The table C is kept from call to call (its 22 fields are allocated once, not on every
+-- call) but its values are read again in each call before any use (Cloaded).
 local function cload()
   Cloaded = true
   local raw = call('GET', KC)
+  C._raw = raw or nil
   if not raw then
     for _, n in ipairs(CN) do C[n] = 0 end
     return
@@ -105,8 +108,14 @@ local function cload()
   C.seq, C.queued, C.delayed, C.inf, C.tick, C.gnext, C.groups, C.rh, C.rl, C.tclk, C.dmax,
     C.ovn, C.enq, C.deq, C.leased, C.acked, C.retried, C.redel, C.evicted, C.hL, C.hS,
     C.hN = sunpack(CFMT, raw)
-  for _, n in ipairs(CN) do
-    if C[n] ~= C[n] then fail('CORRUPT', KC .. ': counter ' .. n .. ' is not a number') end
+  -- Their sum is a number unless one is not (NaN); then find which.
+  local sum = C.seq + C.queued + C.delayed + C.inf + C.tick + C.gnext + C.groups + C.rh
+    + C.rl + C.tclk + C.dmax + C.ovn + C.enq + C.deq + C.leased + C.acked + C.retried
+    + C.redel + C.evicted + C.hL + C.hS + C.hN
+  if sum ~= sum then
+    for _, n in ipairs(CN) do
+      if C[n] ~= C[n] then fail('CORRUPT', KC .. ': counter ' .. n .. ' is not a number') end
+    end
   end
 end
 local function cget(name)
@@ -119,11 +128,16 @@ local function cset(name, v)
   Cdirty = true
 end
 local function cadd(name, d) cset(name, cget(name) + d) end
+-- Written only when they changed (C._raw: as read).
 local function cflush()
   if not Cdirty then return end
-  call('SET', KC, spack(CFMT, C.seq, C.queued, C.delayed, C.inf, C.tick, C.gnext, C.groups,
+  local raw = spack(CFMT, C.seq, C.queued, C.delayed, C.inf, C.tick, C.gnext, C.groups,
     C.rh, C.rl, C.tclk, C.dmax, C.ovn, C.enq, C.deq, C.leased, C.acked, C.retried, C.redel,
-    C.evicted, C.hL, C.hS, C.hN))
+    C.evicted, C.hL, C.hS, C.hN)
+  if raw ~= C._raw then
+    call('SET', KC, raw)
+    C._raw = raw
+  end
   Cdirty = false
 end
 
@@ -580,6 +594,7 @@ local function tfind(name)
   local raw = call('HGET', KT, name)
   if not raw then return nil end
   st = tdecode(name, raw)
+  st._raw = raw   -- as stored: written back only when it changed
   Tcache[name] = st
   return st
 end
@@ -604,8 +619,12 @@ end
 local function tflush()
   local args = {}
   for name, st in pairs(Tcache) do
-    args[#args + 1] = name
-    args[#args + 1] = tencode(st)
+    local raw = tencode(st)
+    if raw ~= st._raw then
+      args[#args + 1] = name
+      args[#args + 1] = raw
+      st._raw = raw
+    end
   end
   if #args > 0 then hset_many(KT, args) end
 end
@@ -726,6 +745,23 @@ local cos = {}   -- the operations, as one table (a function has at most 200 loc
 -- Sizes of the small sorted sets touched in this call (leaves, queue buckets): read once
 -- with ZCARD, then kept up to date here.
 local CARD = {}
+-- Other state of this call (one table: the main chunk is at Lua's 200 locals): tirem,
+-- scope names whose "ti" entries go in one ZREM at the end; gfree0, the free group
+-- numbers' list found empty; first, each chunked set's first member and leaf as read
+-- (false: empty), until it changes; dfadd and bfset, what the duplicate filter's batch
+-- check marks at the end of a push.
+local X = {}
+-- `t` emptied, or a new table when it had grown (an empty table keeps its size, and
+-- `pairs` would scan all of it).
+function cos.fresh(t)
+  local n = 0
+  for k in pairs(t) do
+    n = n + 1
+    if n > 32 then return {} end
+    t[k] = nil
+  end
+  return t
+end
 function cos.card(key)
   local n = CARD[key]
   if not n then
@@ -748,6 +784,7 @@ end
 
 -- The separator of the leaf that holds (or would hold) `k`; nil when the set is empty.
 function cos.find(T, k)
+  if X.fsep[T] == false then return nil end
   return call('ZREVRANGEBYLEX', T, '[' .. k, '-', 'LIMIT', '0', '1')[1]
 end
 
@@ -761,10 +798,12 @@ function cos.zadd_all(key, members)
 end
 
 function cos.add(T, k)
+  X.first[T] = nil
   local sep = cos.find(T, k)
   if not sep then
     call('ZADD', T, '0', '')
     sep = ''
+    X.fsep[T] = ''
   end
   local L = T .. '|' .. sep
   cos.zadd1(L, '0', k)
@@ -783,12 +822,14 @@ function cos.add(T, k)
   call('ZREMRANGEBYRANK', L, from, '-1')
   CARD[L] = from
   call('ZADD', T, '0', ns)
+  X.fsep[T] = nil
 end
 
 -- After a member left leaf `sep` (key L): an emptied leaf goes, a small one joins the
 -- leaf before it when they fit together.
 function cos.shrunk(T, sep, L)
   local n = cos.card(L)
+  if n == 0 or (n < LEAF_MIN and sep ~= '') then X.fsep[T] = nil end
   if n == 0 then
     CARD[L] = nil
     if sep ~= '' then
@@ -817,6 +858,7 @@ function cos.shrunk(T, sep, L)
 end
 -- Removes `k` from leaf `sep` (where it is).
 function cos.rem_at(T, sep, k)
+  X.first[T] = nil
   local L = T .. '|' .. sep
   if cos.zrem1(L, k) == 0 then return false end
   cos.shrunk(T, sep, L)
@@ -827,16 +869,34 @@ function cos.rem(T, k)
   if not sep then return false end
   return cos.rem_at(T, sep, k)
 end
--- The first member and its leaf.
+-- The first separator (false: the set is empty), read once per call until the index
+-- changes.
+function cos.fsep(T)
+  local sep = X.fsep[T]
+  if sep == nil then
+    sep = call('ZRANGE', T, '0', '0')[1] or false
+    X.fsep[T] = sep
+  end
+  return sep
+end
+-- The first member and its leaf, read once per call until the set changes.
 function cos.first(T)
-  local sep = call('ZRANGE', T, '0', '0')[1]
-  if not sep then return nil end
+  local f = X.first[T]
+  if f then return f[1], f[2] end
+  if f == false then return nil end
+  local sep = cos.fsep(T)
+  if not sep then
+    X.first[T] = false
+    return nil
+  end
   local m = call('ZRANGE', T .. '|' .. sep, '0', '0')[1]
   if not m then fail('CORRUPT', T .. '|' .. sep .. ': an indexed leaf is empty') end
+  X.first[T] = {m, sep}
   return m, sep
 end
 function cos.pop(T)
-  local sep = call('ZRANGE', T, '0', '0')[1]
+  X.first[T] = nil
+  local sep = cos.fsep(T)
   if not sep then return nil end
   local L = T .. '|' .. sep
   local m = call('ZPOPMIN', L)[1]
@@ -848,6 +908,7 @@ function cos.pop(T)
 end
 -- Deletes a whole set.
 function cos.del(T)
+  X.first[T], X.fsep[T] = nil, nil
   for _, sep in ipairs(call('ZRANGE', T, '0', '-1')) do
     call('DEL', T .. '|' .. sep)
     CARD[T .. '|' .. sep] = nil
@@ -1023,7 +1084,12 @@ local function rec(name)
   local r = R[name]
   if r == nil then
     local raw = call('HGET', nbucket(name), name)
-    if raw then r = rdecode(name, raw) else r = false end
+    if raw then
+      r = rdecode(name, raw)
+      r._raw = raw   -- as stored: written back only when it changed
+    else
+      r = false
+    end
     R[name] = r
   end
   return r or nil
@@ -1038,6 +1104,38 @@ local function rec_make(name)
   return r
 end
 local function rmark(name) Rdirty[name] = true end
+-- Reads the records of `names` not read yet in this call: one HMGET per bucket.
+local function rec_prefetch(names)
+  local by, want = {}, {}
+  for _, name in ipairs(names) do
+    if R[name] == nil and not want[name] then
+      want[name] = true
+      local b = nbucket(name)
+      local t = by[b]
+      if not t then
+        t = {}
+        by[b] = t
+      end
+      t[#t + 1] = name
+    end
+  end
+  for b, t in pairs(by) do
+    for i = 1, #t, 4000 do
+      local j = math.min(i + 3999, #t)
+      local v = call('HMGET', b, unpack(t, i, j))
+      for x = i, j do
+        local raw = v[x - i + 1]
+        if raw then
+          local r = rdecode(t[x], raw)
+          r._raw = raw
+          R[t[x]] = r
+        else
+          R[t[x]] = false
+        end
+      end
+    end
+  end
+end
 
 -- Linear hashing: bucket hS splits into hS and hS + 2^hL; hS goes round 0 .. 2^hL - 1.
 local function nsplit()
@@ -1070,10 +1168,14 @@ local function rflush()
     local r = R[name]
     local b = nbucket(name)
     if r and (r.g or r.s) then
-      put[b] = put[b] or {}
-      local t = put[b]
-      t[#t + 1] = name
-      t[#t + 1] = rencode(name, r)
+      local raw = rencode(name, r)
+      if raw ~= r._raw or not r.stored then
+        put[b] = put[b] or {}
+        local t = put[b]
+        t[#t + 1] = name
+        t[#t + 1] = raw
+        r._raw = raw
+      end
       if not r.stored then
         r.stored = true
         cadd('hN', 1)
@@ -1081,6 +1183,7 @@ local function rflush()
     elseif r and r.stored then
       call('HDEL', b, name)
       r.stored = false
+      r._raw = nil
       cadd('hN', -1)
     end
   end
@@ -1428,12 +1531,19 @@ local function intern_scope(name)
   end
   r = rec_make(name)
   r.s = {rf = 1, sh = false}
-  call('ZREM', KTI, name)  -- in use again: not idle
+  -- In use again: not idle (one ZREM for the whole call, before "ti" is next read).
+  local t = X.tirem
+  if not t then
+    t = {}
+    X.tirem = t
+  end
+  t[#t + 1] = name
+  t[name] = true
 end
 
 -- group_for: the group of `key`, created if needed. Each scope's parameters come from
 -- `pks` (the parameter keys of the group this one replaces: a kind digit, or N for a
--- scope configured by name), or `kinds` (the same, from the client), or the scope's entry
+-- scope configured by name), or `kinds` (the same, from the client, as a string), or the scope's entry
 -- in "np".
 local function group_for(key, kinds, pks)
   local r = rec(key)
@@ -1443,8 +1553,8 @@ local function group_for(key, kinds, pks)
   for i, u in ipairs(uses) do
     if pks and #pks >= i then
       pk[i] = ssub(pks, i, i)
-    elseif kinds and kinds[i] then
-      pk[i] = kinds[i]
+    elseif kinds and #kinds >= i then
+      pk[i] = ssub(kinds, i, i)
     else
       local v = call('HGET', P .. 'np', u[1])
       if not v then fail('CORRUPT', 'scope ' .. u[1] .. ' has no parameters') end
@@ -1452,7 +1562,11 @@ local function group_for(key, kinds, pks)
     end
     intern_scope(u[1])
   end
-  local gid = tonumber(call('RPOP', P .. 'gfree') or '')
+  local gid
+  if not X.gfree0 then
+    gid = tonumber(call('RPOP', P .. 'gfree') or '')
+    X.gfree0 = not gid
+  end
   if not gid then
     gid = cget('gnext')
     cset('gnext', gid + 1)
@@ -1665,6 +1779,7 @@ local function collect(key)
   unlist(key)
   if g.own then call('DEL', P .. 'q:' .. g.gid) end
   call('RPUSH', P .. 'gfree', g.gid)
+  X.gfree0 = nil
   r.g = nil
   rmark(key)
   cadd('groups', -1)
@@ -1678,6 +1793,7 @@ local function collect(key)
       -- eviction, with its parameter key where eviction can find it.
       local st = tfind(name)
       if st then
+        if X.tirem and X.tirem[name] then X.tirem[name] = false end
         call('ZADD', KTI, st.lu, name)
         local d = ssub(g.pk, i, i)
         if d ~= 'N' and d ~= '' then call('HSETNX', P .. 'np', name, '\0' .. d) end
@@ -1693,7 +1809,25 @@ end
 -- (nothing in flight, no backoff, no future send time, no quota in use), as the
 -- in-process throttler evicts it; one that still matters is looked at again later.
 -- At most `budget` states are examined per call.
+-- The "ti" entries of scopes in use again (intern_scope), in one ZREM.
+function cos.ti_flush()
+  local t = X.tirem
+  if not t then return end
+  X.tirem = nil
+  local names = {}
+  for _, name in ipairs(t) do
+    if t[name] then
+      names[#names + 1] = name
+      t[name] = false
+    end
+  end
+  for i = 1, #names, 4000 do
+    call('ZREM', KTI, unpack(names, i, math.min(i + 3999, #names)))
+  end
+end
+
 local function evict_idle(now, budget)
+  cos.ti_flush()
   local max_idle = settings().max_idle_ns or 0
   if max_idle <= 0 then return end
   for _ = 1, budget do
@@ -1880,6 +2014,7 @@ end
 
 -- Writes every cached change back. Called once at the end of an operation.
 local function flush_all()
+  cos.ti_flush()
   tflush()
   rflush()
   cflush()
@@ -1919,60 +2054,197 @@ end
 
 OPS.callback_name = function(args) return call('HGET', P .. 'cbi', args[1]) end
 
--- Marks a fingerprint seen; false if it was already. FP is 8 bytes (the exact set) or
--- 'B' and the Bloom filter's bit positions, 5 bytes each (strings of 2^30 bits).
-local function mark_seen(fp)
-  if sbyte(fp, 1) ~= 66 or #fp % 5 ~= 1 then
-    return call('SADD', P .. 'df', fp) == 1
-  end
-  local pos = {}
-  local all = true
-  for i = 2, #fp, 5 do
-    local p = sunpack('>I5', fp, i)
-    pos[#pos + 1] = p
-    if all and call('GETBIT', P .. 'bf:' .. floor(p / 1073741824), p % 1073741824) == 0 then
-      all = false
+-- The duplicate check of a whole batch: `fps[i]` is request i's fingerprint, '' for
+-- none, 8 bytes (the exact set) or 'B' and the Bloom filter's bit positions, 5 bytes each
+-- (strings of 2^30 bits). Returns the set of duplicates' indexes, as if each request were
+-- checked and marked in turn (a fingerprint seen earlier in the batch is a duplicate):
+-- one SMISMEMBER for the exact fingerprints, one BITFIELD_RO per Bloom string; what is
+-- new is marked by dedup_mark (one SADD, one BITFIELD per string).
+local function dedup_check(fps, n)
+  local dup = {}
+  local ex, exr, bl = {}, {}, {}
+  for r = 1, n do
+    local fp = fps[r]
+    if fp ~= '' then
+      if sbyte(fp, 1) ~= 66 or #fp % 5 ~= 1 then
+        ex[#ex + 1] = fp
+        exr[#exr + 1] = r
+      else
+        bl[#bl + 1] = r
+      end
     end
   end
-  if all then return false end
-  for _, p in ipairs(pos) do
-    call('SETBIT', P .. 'bf:' .. floor(p / 1073741824), p % 1073741824, '1')
+  if #ex > 0 then
+    local seen, add = {}, {}
+    for i = 1, #ex, 4000 do
+      local j = math.min(i + 3999, #ex)
+      local res = call('SMISMEMBER', P .. 'df', unpack(ex, i, j))
+      for x = i, j do
+        local fp = ex[x]
+        if res[x - i + 1] == 1 or seen[fp] then
+          dup[exr[x]] = true
+        else
+          seen[fp] = true
+          add[#add + 1] = fp
+        end
+      end
+    end
+    X.dfadd = add
   end
-  return true
+  if #bl > 0 then
+    -- Every bit position of the batch, read once per string.
+    local bit, byk, order = {}, {}, {}
+    for _, r in ipairs(bl) do
+      local fp = fps[r]
+      for i = 2, #fp, 5 do
+        local p = sunpack('>I5', fp, i)
+        if bit[p] == nil then
+          bit[p] = false
+          local k = floor(p / 1073741824)
+          local t = byk[k]
+          if not t then
+            t = {}
+            byk[k] = t
+            order[#order + 1] = k
+          end
+          t[#t + 1] = p
+        end
+      end
+    end
+    for _, k in ipairs(order) do
+      local t = byk[k]
+      local key = P .. 'bf:' .. k
+      for i = 1, #t, 1000 do
+        local j = math.min(i + 999, #t)
+        local a = {}
+        for x = i, j do
+          a[#a + 1] = 'GET'
+          a[#a + 1] = 'u1'
+          a[#a + 1] = t[x] % 1073741824
+        end
+        local res = call('BITFIELD_RO', key, unpack(a))
+        for x = i, j do bit[t[x]] = res[x - i + 1] == 1 end
+      end
+    end
+    -- In order: a request whose bits are all set (by the filter or by a request before it
+    -- in the batch) is a duplicate; the others set theirs.
+    local set = {}
+    for _, r in ipairs(bl) do
+      local fp = fps[r]
+      local all = true
+      for i = 2, #fp, 5 do
+        if not bit[sunpack('>I5', fp, i)] then
+          all = false
+          break
+        end
+      end
+      if all then
+        dup[r] = true
+      else
+        for i = 2, #fp, 5 do
+          local p = sunpack('>I5', fp, i)
+          if not bit[p] then
+            bit[p] = true
+            set[#set + 1] = p
+          end
+        end
+      end
+    end
+    X.bfset = set
+  end
+  return dup
+end
+local function dedup_mark()
+  local add = X.dfadd
+  if add and #add > 0 then
+    for i = 1, #add, 4000 do
+      call('SADD', P .. 'df', unpack(add, i, math.min(i + 3999, #add)))
+    end
+  end
+  local set = X.bfset
+  if set and #set > 0 then
+    local byk, order = {}, {}
+    for _, p in ipairs(set) do
+      local k = floor(p / 1073741824)
+      local t = byk[k]
+      if not t then
+        t = {}
+        byk[k] = t
+        order[#order + 1] = k
+      end
+      t[#t + 1] = 'SET'
+      t[#t + 1] = 'u1'
+      t[#t + 1] = p % 1073741824
+      t[#t + 1] = '1'
+    end
+    for _, k in ipairs(order) do
+      local t = byk[k]
+      for i = 1, #t, 4000 do
+        call('BITFIELD', P .. 'bf:' .. k, unpack(t, i, math.min(i + 3999, #t)))
+      end
+    end
+  end
+  X.dfadd, X.bfset = nil, nil
 end
 
--- push N, then per request: KEY KINDS FP PRIORITY START DELAY_NS DEPTH BODY
--- (KINDS: per scope a kind digit, or N when configured by name; FP: see mark_seen;
--- DELAY_NS: "" or nanoseconds).
+-- push BATCH: the requests of a batch, one after the other, each as PUSHFMT: its group
+-- key, its scopes' kinds (per scope a kind digit, or N when configured by name), its
+-- fingerprint (see dedup_check), priority, flags (1 start, 2 delayed), delay in
+-- nanoseconds (when delayed), depth and body (flags byte and payload).
 -- Returns per request: seq (queued) or -1 (duplicate).
+local PUSHFMT = '>I4c0Hc0Bc0i4BdI4I4c0'
 OPS.push = function(args)
-  local n = tonumber(args[1])
+  local blob = args[1] or ''
+  -- F: 8 fields per request.
+  local F, n, pos, len = {}, 0, 1, #blob
+  local fps = {}
+  while pos <= len do
+    local ok, key, kinds, fp, priority, flags, delay, depth, body, nxt =
+      pcall(sunpack, PUSHFMT, blob, pos)
+    if not ok or type(nxt) ~= 'number' then fail('CONFIG', 'push: a damaged batch') end
+    local o = 8 * n
+    F[o + 1], F[o + 2], F[o + 3], F[o + 4] = key, kinds, priority, flags
+    F[o + 5], F[o + 6], F[o + 7] = delay, depth, body
+    n = n + 1
+    fps[n] = fp
+    pos = nxt
+  end
+  local dup = dedup_check(fps, n)
+  -- The records of the batch's groups and scopes, one HMGET per bucket.
+  local names = {}
+  for r = 1, n do
+    if not dup[r] then
+      local key = F[8 * r - 7]
+      names[#names + 1] = key
+      if string.find(key, '[\n\t]') then
+        for _, u in ipairs(uses_of(key)) do names[#names + 1] = u[1] end
+      end
+    end
+  end
+  rec_prefetch(names)
   local out = {}
-  local i = 2
   local filtered = 0
   for r = 1, n do
-    local key, kinds, fp = args[i], args[i + 1], args[i + 2]
-    local priority, start = tonumber(args[i + 3]), args[i + 4] == '1'
-    local delay, depth, body = args[i + 5], tonumber(args[i + 6]), args[i + 7]
-    i = i + 8
-    if fp ~= '' and not mark_seen(fp) then
+    if dup[r] then
       filtered = filtered + 1
       out[r] = -1
     else
-      local kt = {}
-      for k = 1, #kinds do kt[k] = ssub(kinds, k, k) end
-      group_for(key, kt)
+      local o = 8 * (r - 1)
+      local key, flags = F[o + 1], F[o + 4]
+      group_for(key, F[o + 2])
       local seq = cget('seq')
       if seq >= SEQ_SPAN then fail('CONFIG', 'the crawl has used all 2^40 sequence numbers') end
       cset('seq', seq + 1)
       local nb = nil
-      if delay ~= '' then nb = NOW + tonumber(delay) end
-      insert(key, seq, body, priority, start, nb, NOW)
+      if flags % 4 >= 2 then nb = NOW + F[o + 5] end
+      insert(key, seq, F[o + 7], F[o + 3], flags % 2 == 1, nb, NOW)
       cadd('enq', 1)
+      local depth = F[o + 6]
       if depth > cget('dmax') then cset('dmax', depth) end
       out[r] = seq
     end
   end
+  dedup_mark()
   if filtered > 0 then stat('filtered', filtered) end
   flush_all()
   return out
@@ -1992,7 +2264,15 @@ end
 OPS.poll = function(args)
   local lease_ns, limit = tonumber(args[1]), tonumber(args[2])
   local max = tonumber(args[3] or '1') or 1
-  redeliver_expired(NOW, limit)
+  -- The earliest expiry, read once: expired leases are looked for when it is due, and
+  -- unless some were redelivered it gives the next expiry at the end.
+  local lx = call('ZRANGE', KLX, '0', '0', 'WITHSCORES')
+  local first_exp = -1
+  if #lx > 0 then first_exp = tonumber(lx[2]) end
+  if first_exp >= 0 and first_exp <= NOW then
+    redeliver_expired(NOW, limit)
+    first_exp = nil
+  end
   evict_idle(tclamp(NOW), 2)
   local out = {0}
   local last = {'more'}
@@ -2031,7 +2311,12 @@ OPS.poll = function(args)
   out[#out + 1] = num(last[2] or -1)
   out[#out + 1] = call('HLEN', KL)
   out[#out + 1] = num(NOW)
-  out[#out + 1] = num(next_expiry())
+  if not first_exp then
+    first_exp = next_expiry()
+  elseif #lexp > 0 and (first_exp < 0 or exp < first_exp) then
+    first_exp = exp
+  end
+  out[#out + 1] = num(first_exp)
   out[#out + 1] = num(next_event_time())
   return out
 end
@@ -2268,13 +2553,19 @@ local function reset(prefix)
     KEYC[P] = k
   end
   KC, KCFG, KT, KOV, KCAND, KEV, KTI, KDR, KL, KLX, KST = unpack(k)
-  CARD = {}
-  C, Cdirty, Cloaded = {}, false, false
+  -- The call's tables are emptied and used again (fewer allocations, so less work for
+  -- Lua's collector, which costs more than the tables themselves); big ones are new.
+  local fresh = cos.fresh
+  CARD = fresh(CARD)
+  local first, fsep = X.first or {}, X.fsep or {}
+  X = fresh(X)
+  X.first, X.fsep = fresh(first), fresh(fsep)
+  Cdirty, Cloaded = false, false   -- C's values are read again before any use
   S, SRAW, SDIGEST, SC, EPOCH_S, LAYOUT_SEEN = nil, nil, nil, nil, nil, nil
-  Pcache, Pkey = {}, {}
+  Pcache, Pkey = fresh(Pcache), fresh(Pkey)
   NOW = nil
-  Tcache = {}
-  Nb, R, Rdirty, U, NBK = {}, {}, {}, {}, {}
+  Tcache = fresh(Tcache)
+  Nb, R, Rdirty, U, NBK = fresh(Nb), fresh(R), fresh(Rdirty), fresh(U), fresh(NBK)
 end
 
 local bare = {init = true, callback = true, callback_name = true, debug_ns = true,

@@ -81,6 +81,13 @@ impl ServerCode {
         cmd
     }
 
+    /// [`command`](Self::command) with one argument.
+    fn command_with(&self, prefix: &str, op: &str, time: &[u8], arg: &[u8]) -> redis::Cmd {
+        let mut cmd = self.command(prefix, op, time, &[]);
+        cmd.arg(arg);
+        cmd
+    }
+
     fn load(&self, conn: &mut redis::Connection) -> redis::RedisResult<()> {
         match self.mode {
             ScriptMode::Function => redis::cmd("FUNCTION")
@@ -524,17 +531,16 @@ impl RedisFrontier {
         Ok(())
     }
 
-    /// Encodes one request for the `push` operation: its 8 arguments (the scopes' kinds:
-    /// a digit, or `N` for a scope configured by name), or why it is not pushed.
-    fn encode_push(&mut self, request: &Request) -> Result<Option<[Vec<u8>; 8]>> {
+    /// Encodes one request for the `push` operation at the end of `batch` (the script's
+    /// `PUSHFMT`: group key, the scopes' kinds, fingerprint, priority, flags, delay,
+    /// depth, body); `false` if it is not pushed (too deep).
+    fn encode_push(&mut self, request: &Request, batch: &mut Vec<u8>) -> Result<bool> {
         if self.settings.depth_limit > 0 && request.depth > self.settings.depth_limit {
-            return Ok(None);
+            return Ok(false);
         }
         let delay_ns = match request.delay {
-            None => Vec::new(),
-            Some(d) if d.is_finite() && d >= 0.0 => {
-                nanos(secs_to_duration(d)).to_string().into_bytes()
-            }
+            None => None,
+            Some(d) if d.is_finite() && d >= 0.0 => Some(nanos(secs_to_duration(d))),
             Some(d) => {
                 return Err(FrontierError::InvalidRequest(invalid(
                     request,
@@ -549,17 +555,18 @@ impl RedisFrontier {
             self.key = key;
             return Err(FrontierError::InvalidRequest(e));
         }
-        let out = self.encode_with_key(request, &key, delay_ns);
+        let out = self.encode_with_key(request, &key, delay_ns, batch);
         self.key = key;
-        out.map(Some)
+        out.map(|()| true)
     }
 
     fn encode_with_key(
         &mut self,
         request: &Request,
         key: &str,
-        delay_ns: Vec<u8>,
-    ) -> Result<[Vec<u8>; 8]> {
+        delay_ns: Option<u64>,
+        batch: &mut Vec<u8>,
+    ) -> Result<()> {
         let kinds: String = if key.is_empty() {
             String::new()
         } else {
@@ -575,24 +582,29 @@ impl RedisFrontier {
                 })
                 .collect()
         };
-        let fp = if request.dont_filter || self.dedup == Dedup::Off {
-            Vec::new()
+        let mut fp = [0u8; 1 + 5 * 30];
+        let fp_len = if request.dont_filter || self.dedup == Dedup::Off {
+            0
         } else {
-            let fp = self
+            let f = self
                 .fingerprinter
                 .fingerprint(request.method.as_str(), &request.url, request.body_bytes())
                 .map_err(|e| FrontierError::InvalidRequest(invalid(request, e.to_string())))?;
             match self.dedup {
                 Dedup::Bloom { bits, hashes } => {
                     // 'B', then the bit positions, 5 bytes each.
-                    let mut out = Vec::with_capacity(1 + 5 * hashes as usize);
-                    out.push(b'B');
-                    for pos in bloom_positions(fp.prefix64(), bits, hashes) {
-                        out.extend_from_slice(&pos.to_be_bytes()[3..]);
+                    fp[0] = b'B';
+                    let mut at = 1;
+                    for pos in bloom_positions(f.prefix64(), bits, hashes) {
+                        fp[at..at + 5].copy_from_slice(&pos.to_be_bytes()[3..]);
+                        at += 5;
                     }
-                    out
+                    at
                 }
-                _ => fp.prefix64().to_be_bytes().to_vec(),
+                _ => {
+                    fp[..8].copy_from_slice(&f.prefix64().to_be_bytes());
+                    8
+                }
             }
         };
         if let Some(cb) = &request.callback {
@@ -604,7 +616,6 @@ impl RedisFrontier {
             .saturating_sub((request.depth as i32).saturating_mul(self.settings.depth_priority));
         let explicit = request.scopes.as_ref().is_some_and(|s| !s.is_empty());
         let host = (!explicit && !request.dont_throttle).then_some(key);
-        self.payload.clear();
         let mut flags = 0u8;
         if request.start {
             flags |= 1;
@@ -612,33 +623,38 @@ impl RedisFrontier {
         if request.dont_track {
             flags |= 2;
         }
-        self.payload.push(flags);
-        let mut body = std::mem::take(&mut self.payload);
-        let mut encoded = Vec::new();
+        self.payload.clear();
         let fresh = self
             .codec
-            .encode(request, host, &mut encoded)
+            .encode(request, host, &mut self.payload)
             .map_err(FrontierError::Encode)?;
         debug_assert!(
             fresh.is_none(),
             "callbacks are interned with the server first"
         );
-        body.extend_from_slice(&encoded);
-        let args = [
-            key.as_bytes().to_vec(),
-            kinds.into_bytes(),
-            fp,
-            priority.to_string().into_bytes(),
-            if request.start {
-                b"1".to_vec()
-            } else {
-                b"0".to_vec()
-            },
-            delay_ns,
-            request.depth.to_string().into_bytes(),
-            body,
-        ];
-        Ok(args)
+        let too_long = |what: &str| {
+            FrontierError::InvalidRequest(invalid(request, format!("{what} is too long")))
+        };
+        let key_len = u32::try_from(key.len()).map_err(|_| too_long("the group key"))?;
+        let kinds_len = u16::try_from(kinds.len()).map_err(|_| too_long("the list of scopes"))?;
+        let body_len =
+            u32::try_from(1 + self.payload.len()).map_err(|_| too_long("the request"))?;
+        batch.extend_from_slice(&key_len.to_be_bytes());
+        batch.extend_from_slice(key.as_bytes());
+        batch.extend_from_slice(&kinds_len.to_be_bytes());
+        batch.extend_from_slice(kinds.as_bytes());
+        batch.push(fp_len as u8);
+        batch.extend_from_slice(&fp[..fp_len]);
+        batch.extend_from_slice(&priority.to_be_bytes());
+        batch.push(u8::from(request.start) | if delay_ns.is_some() { 2 } else { 0 });
+        // The script's times are doubles: the same rounding as its `tonumber` of the
+        // decimal nanoseconds.
+        batch.extend_from_slice(&(delay_ns.unwrap_or(0) as f64).to_be_bytes());
+        batch.extend_from_slice(&request.depth.to_be_bytes());
+        batch.extend_from_slice(&body_len.to_be_bytes());
+        batch.push(flags);
+        batch.extend_from_slice(&self.payload);
+        Ok(())
     }
 
     /// Queues a request unless it is a duplicate (checked and marked in the same atomic
@@ -653,22 +669,22 @@ impl RedisFrontier {
     /// safe, the duplicate filter drops what made it).
     pub fn push_all(&mut self, requests: &[Request], now: Timestamp) -> Result<Vec<PushOutcome>> {
         let mut outcomes = vec![PushOutcome::TooDeep; requests.len()];
-        let mut batches: Vec<(Vec<usize>, Vec<Vec<u8>>)> = Vec::new();
+        // Per script call: the requests' indexes and their packed arguments.
+        let mut batches: Vec<(Vec<usize>, Vec<u8>)> = Vec::new();
         let per = self.config.push_batch.max(1);
         let mut too_deep = 0u64;
         for (i, r) in requests.iter().enumerate() {
-            match self.encode_push(r)? {
-                None => too_deep += 1,
-                Some(args) => {
-                    if batches.last().is_none_or(|b| b.0.len() >= per) {
-                        batches.push((Vec::new(), Vec::new()));
-                    }
-                    let b = batches.last_mut().expect("just pushed");
-                    b.0.push(i);
-                    b.1.extend(args);
-                }
+            if batches.last().is_none_or(|b| b.0.len() >= per) {
+                batches.push((Vec::new(), Vec::new()));
+            }
+            let b = batches.last_mut().expect("just pushed");
+            if self.encode_push(r, &mut b.1)? {
+                b.0.push(i);
+            } else {
+                too_deep += 1;
             }
         }
+        batches.retain(|b| !b.0.is_empty());
         if too_deep > 0 {
             self.call("too_deep", true, &[too_deep.to_string().into_bytes()])?;
         }
@@ -676,18 +692,28 @@ impl RedisFrontier {
             return Ok(outcomes);
         }
         let replies = self.pipelined_push(&batches, now)?;
-        for ((idx, _), reply) in batches.iter().zip(replies) {
+        for (n, ((idx, _), reply)) in batches.iter().zip(replies).enumerate() {
+            let what = |detail: &str| {
+                protocol(
+                    "push",
+                    format!(
+                        "reply {} of {} in the pipeline: {detail}",
+                        n + 1,
+                        batches.len()
+                    ),
+                )
+            };
             let Value::Array(items) = reply else {
-                return Err(protocol("push", "not an array"));
+                return Err(what("not an array"));
             };
             if items.len() != idx.len() {
-                return Err(protocol("push", "wrong number of results"));
+                return Err(what("wrong number of results"));
             }
             for (&i, item) in idx.iter().zip(items) {
                 outcomes[i] = match item {
                     Value::Int(-1) => PushOutcome::Duplicate,
                     other => PushOutcome::Queued(LeaseId(
-                        as_u64(&other).ok_or_else(|| protocol("push", "bad sequence number"))?,
+                        as_u64(&other).ok_or_else(|| what("bad sequence number"))?,
                     )),
                 };
             }
@@ -697,16 +723,13 @@ impl RedisFrontier {
 
     fn pipelined_push(
         &mut self,
-        batches: &[(Vec<usize>, Vec<Vec<u8>>)],
+        batches: &[(Vec<usize>, Vec<u8>)],
         now: Timestamp,
     ) -> Result<Vec<Value>> {
         let time = self.time_arg(now);
         let mut pipe = redis::pipe();
-        for (idx, args) in batches {
-            let mut all = Vec::with_capacity(args.len() + 1);
-            all.push(idx.len().to_string().into_bytes());
-            all.extend(args.iter().cloned());
-            pipe.add_command(self.code.command(&self.prefix, "push", &time, &all));
+        for (_, blob) in batches {
+            pipe.add_command(self.code.command_with(&self.prefix, "push", &time, blob));
         }
         let code = self.code.clone();
         let conn = self.conn()?;
@@ -720,7 +743,7 @@ impl RedisFrontier {
                 .and_then(|()| pipe.query::<Vec<Value>>(conn));
         }
         result.map_err(|e| {
-            let e = RedisStoreError::from_redis("push", e);
+            let e = RedisStoreError::from_pipeline("push", batches.len(), e);
             if e.is_connection_error() {
                 self.conn = None;
             }

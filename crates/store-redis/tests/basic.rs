@@ -516,3 +516,194 @@ fn another_layout_version_is_refused_with_a_clear_error() {
         other => panic!("expected a version error, got {other:?}"),
     }
 }
+
+#[test]
+fn batched_pushes_decide_as_pushes_one_at_a_time() {
+    use frontier_core::{DupeFilterConfig, Frontier, FrontierConfig, VolatileStore};
+    let Some(server) = RedisServer::start_or_skip("batched_push") else {
+        return;
+    };
+    let settings = Settings {
+        depth_limit: 3,
+        ..Settings::default().without_jitter()
+    };
+    // Duplicates inside one script call and across calls, requests that skip the filter,
+    // too deep, delayed, start requests, several scopes, unthrottled.
+    let mut reqs = Vec::new();
+    for i in 0..120u32 {
+        let url = format!("https://h{}.example/p/{}", i % 45 % 7, i % 45);
+        let mut r = Request::get(url.as_str()).priority((i % 5) as i32 - 2);
+        match i % 11 {
+            1 => r = r.dont_filter(),
+            2 => r = r.depth(4 + i % 2),
+            3 => r = r.delay(1.5),
+            4 => r = r.start(),
+            5 => r = r.dont_throttle(),
+            6 => r = r.depth(2),
+            _ => {}
+        }
+        reqs.push(r);
+    }
+    for (n, dupefilter) in [
+        DupeFilterConfig::Exact,
+        DupeFilterConfig::Bloom {
+            capacity: 60,
+            false_positive_rate: 0.2,
+        },
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let frontier = FrontierConfig {
+            dupefilter,
+            ..FrontierConfig::default()
+        };
+        let mut core =
+            Frontier::open(settings.clone(), frontier.clone(), VolatileStore, t(0)).unwrap();
+        let config = RedisConfig {
+            frontier,
+            push_batch: 13,
+            ..RedisConfig::default()
+        };
+        let mut f = open(&server, &format!("batched{n}"), settings.clone(), config);
+        let a: Vec<PushOutcome> = reqs.iter().map(|r| core.push(r, t(0)).unwrap()).collect();
+        let b = f.push_all(&reqs, t(0)).unwrap();
+        assert_eq!(a, b, "{dupefilter:?}");
+        assert!(
+            b.contains(&PushOutcome::Duplicate) && b.contains(&PushOutcome::TooDeep),
+            "{b:?}"
+        );
+        // The same queue: both hand out the same requests in the same order.
+        for s in 0..40 {
+            let mut got = (Vec::new(), Vec::new());
+            loop {
+                let x = core.poll(t(s)).unwrap();
+                let y = f.poll(t(s)).unwrap();
+                match (x, y) {
+                    (Poll::Ready(x), Poll::Ready(y)) => {
+                        assert_eq!(x.id(), y.id());
+                        got.0.push(x.request.url.clone());
+                        got.1.push(y.request.url.clone());
+                        core.complete(x.id(), &Outcome::status(200), t(s)).unwrap();
+                        f.complete(y.id(), &Outcome::status(200), t(s)).unwrap();
+                    }
+                    (x, y) => {
+                        assert_eq!(x, y, "at {s}s");
+                        break;
+                    }
+                }
+            }
+            assert_eq!(got.0, got.1);
+        }
+        assert_eq!(f.poll(t(100)).unwrap(), Poll::Empty);
+        let info = f.info().unwrap();
+        assert_eq!(info.stats.filtered, core.stats().filtered);
+        assert_eq!(info.stats.depth_ignored, core.stats().depth_ignored);
+    }
+}
+
+#[test]
+fn script_errors_in_a_pipeline_keep_their_type_and_name_the_call() {
+    let Some(server) = RedisServer::start_or_skip("pipeline_errors") else {
+        return;
+    };
+    let config = RedisConfig {
+        push_batch: 1,
+        ..RedisConfig::default()
+    };
+    let mut f = open(&server, "pe", Settings::default(), config);
+    let mut c = conn(&server);
+    f.push(&Request::get("https://a.com/1"), t(0)).unwrap();
+    f.push(&Request::get("https://b.com/1"), t(0)).unwrap();
+    // b.com's name record is damaged: the first call of the pipeline (a.com) succeeds,
+    // the second fails.
+    let buckets: Vec<String> = redis::cmd("KEYS").arg("{pe}:N:*").query(&mut c).unwrap();
+    let bucket = buckets
+        .iter()
+        .find(|b| {
+            redis::cmd("HEXISTS")
+                .arg(b.as_str())
+                .arg("b.com")
+                .query::<bool>(&mut c)
+                .unwrap()
+        })
+        .expect("b.com has a record")
+        .clone();
+    let _: () = redis::cmd("HSET")
+        .arg(&bucket)
+        .arg("b.com")
+        .arg("\u{1}not a record")
+        .query(&mut c)
+        .unwrap();
+    let reqs = [
+        Request::get("https://a.com/2"),
+        Request::get("https://b.com/2"),
+    ];
+    match f.push_all(&reqs, t(0)) {
+        Err(FrontierError::Store(RedisStoreError::Corrupt { detail })) => {
+            assert!(detail.contains(&format!("{bucket}[b.com]")), "{detail}");
+            assert!(detail.contains("call 2 of 2 in a pipeline"), "{detail}");
+        }
+        other => panic!("expected a corrupt record, got {other:?}"),
+    }
+    // Damaged counters: every call fails; the first one is named.
+    let _: () = redis::cmd("SET")
+        .arg("{pe}:c")
+        .arg("short")
+        .query(&mut c)
+        .unwrap();
+    match f.push_all(&reqs, t(0)) {
+        Err(FrontierError::Store(RedisStoreError::Corrupt { detail })) => {
+            assert!(detail.contains("{pe}:c"), "{detail}");
+            assert!(detail.contains("call 1 of 2 in a pipeline"), "{detail}");
+        }
+        other => panic!("expected corrupt counters, got {other:?}"),
+    }
+    // A key of the wrong type, in a pipeline.
+    let mut g = open(&server, "pe2", Settings::default(), RedisConfig::default());
+    let _: () = redis::cmd("SET")
+        .arg("{pe2}:df")
+        .arg("x")
+        .query(&mut c)
+        .unwrap();
+    match g.push_all(&reqs, t(0)) {
+        Err(FrontierError::Store(RedisStoreError::WrongType { detail })) => {
+            assert!(detail.contains("call 1 of 1 in a pipeline"), "{detail}");
+        }
+        other => panic!("expected WrongType, got {other:?}"),
+    }
+}
+
+#[test]
+fn poll_timeout_follows_the_earliest_lease_expiry() {
+    let Some(server) = RedisServer::start_or_skip("lease_expiry") else {
+        return;
+    };
+    let config = RedisConfig {
+        lease_timeout: std::time::Duration::from_secs(10),
+        recheck: std::time::Duration::from_secs(1000),
+        ..RedisConfig::default()
+    };
+    let mut f = open(&server, "lx", Settings::default().without_jitter(), config);
+    for h in ["a", "b", "c"] {
+        f.push(&Request::get(format!("https://{h}.com/")), t(0))
+            .unwrap();
+    }
+    let lease = |f: &mut RedisFrontier, s| match f.poll(t(s)).unwrap() {
+        Poll::Ready(l) => l,
+        other => panic!("{other:?} at {s}s"),
+    };
+    let a = lease(&mut f, 0);
+    assert_eq!(f.poll_timeout(), Some(t(10)));
+    let b = lease(&mut f, 3);
+    assert_eq!(f.poll_timeout(), Some(t(10)), "the earlier of two leases");
+    assert!(f.complete(a.id(), &Outcome::status(200), t(4)).unwrap());
+    let _c = lease(&mut f, 5);
+    assert_eq!(f.poll_timeout(), Some(t(13)), "a's lease ended");
+    assert_eq!(f.poll(t(6)).unwrap(), Poll::Empty);
+    assert_eq!(f.poll_timeout(), Some(t(13)));
+    // b's lease is due at 13 s: delivered again, now until 23 s; c's ends at 15 s.
+    let again = lease(&mut f, 13);
+    assert_eq!(again.request.url, b.request.url);
+    assert_eq!(f.poll_timeout(), Some(t(15)));
+}
