@@ -143,7 +143,7 @@
 //!   only for what rampup learned). `throttling_scope_limit` is not enforced: Redis keeps
 //!   every state that is not idle.
 //! - Only [`Policy::ThrottlingAware`](frontier_core::Policy) is offered. The duplicate
-//!   filter is exact (8 bytes per fingerprint in a Redis set, ~56 bytes of Redis memory),
+//!   filter is exact (8 bytes per fingerprint in a Redis set, ~51 bytes of Redis memory),
 //!   a Bloom filter with frontier-core's sizing and bit positions (~1.2 bytes per URL at
 //!   1%; the same false positives as in-process), or none.
 
