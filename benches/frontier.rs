@@ -14,8 +14,11 @@
 //! - `poll_1m_slot_aware`: the same with the slot-aware policy (Scrapy's default order).
 //! - `poll_complete_1m`: polling and completing each lease (the throttler gets the
 //!   outcome; the store forgets the request).
-//! - `poll_complete_1m_one_group`: the same with every request in one scope group (the
-//!   shape of a plain priority queue: no rotation among hosts).
+//! - `poll_complete_1m_one_group`: the same with every request in one explicit scope
+//!   (`.scope("all")`): one group, no rotation among hosts, but each record carries its
+//!   scope list (the general decoder).
+//! - `poll_complete_1m_one_host`: the same with every request on one host (the peers'
+//!   URLs with one host name): one plain group, the shape of a plain priority queue.
 //! - `fingerprint`: Scrapy-compatible request fingerprints per second.
 
 use std::hint::black_box;
@@ -58,6 +61,7 @@ fn push_all(f: &mut Frontier<VolatileStore>, reqs: &[Request]) {
 fn frontier(c: &mut Criterion) {
     let reqs = peer_requests(N, HOSTS);
     let one_group: Vec<Request> = reqs.iter().map(|r| r.clone().scope("all")).collect();
+    let one_host = peer_requests(N, 1);
     let mut group = c.benchmark_group("frontier_1m_10k_hosts");
     group.sample_size(10);
     group.throughput(Throughput::Elements(N as u64));
@@ -90,6 +94,12 @@ fn frontier(c: &mut Criterion) {
             Policy::ThrottlingAware,
             true,
             &one_group,
+        ),
+        (
+            "poll_complete_1m_one_host",
+            Policy::ThrottlingAware,
+            true,
+            &one_host,
         ),
     ] {
         group.bench_function(BenchmarkId::new("frontier-core", name), |b| {
