@@ -83,9 +83,11 @@ local function hload(key, f)
 end
 local function hsave(key, f, t) call('HSET', key, f, cmsgpack.pack(t)) end
 -- HSET of many field/value pairs (a flat list), in chunks the Lua stack allows.
-local function hset_many(key, flat)
-  for i = 1, #flat, 2000 do
-    call('HSET', key, unpack(flat, i, math.min(i + 1999, #flat)))
+-- `cmd key args...` over `flat` in calls of at most `step` arguments (Lua's unpack has a
+-- limit); `step` is a multiple of the arguments one item takes.
+local function call_many(cmd, key, flat, step)
+  for i = 1, #flat, step do
+    call(cmd, key, unpack(flat, i, math.min(i + step - 1, #flat)))
   end
 end
 
@@ -626,7 +628,7 @@ local function tflush()
       st._raw = raw
     end
   end
-  if #args > 0 then hset_many(KT, args) end
+  if #args > 0 then call_many('HSET', KT, args, 2000) end
 end
 
 local function norm_amount(a)
@@ -1153,7 +1155,7 @@ local function nsplit()
       end
     end
     if #gone > 0 then
-      hset_many(dst, move)
+      call_many('HSET', dst, move, 2000)
       for i = 1, #gone, 1000 do call('HDEL', src, unpack(gone, i, math.min(i + 999, #gone))) end
     end
     sp = sp + 1
@@ -1187,7 +1189,7 @@ local function rflush()
       cadd('hN', -1)
     end
   end
-  for b, flat in pairs(put) do hset_many(b, flat) end
+  for b, flat in pairs(put) do call_many('HSET', b, flat, 2000) end
   Rdirty = {}
   nsplit()
 end
@@ -1821,9 +1823,7 @@ function cos.ti_flush()
       t[name] = false
     end
   end
-  for i = 1, #names, 4000 do
-    call('ZREM', KTI, unpack(names, i, math.min(i + 3999, #names)))
-  end
+  call_many('ZREM', KTI, names, 4000)
 end
 
 local function evict_idle(now, budget)
@@ -2054,6 +2054,23 @@ end
 
 OPS.callback_name = function(args) return call('HGET', P .. 'cbi', args[1]) end
 
+-- Bloom bit positions `ps` by the string that holds them (2^30 bits each): the strings
+-- in the order first met, and each one's positions in order.
+function cos.bf_strings(ps)
+  local byk, order = {}, {}
+  for _, p in ipairs(ps) do
+    local k = floor(p / 1073741824)
+    local t = byk[k]
+    if not t then
+      t = {}
+      byk[k] = t
+      order[#order + 1] = k
+    end
+    t[#t + 1] = p
+  end
+  return order, byk
+end
+
 -- The duplicate check of a whole batch: `fps[i]` is request i's fingerprint, '' for
 -- none, 8 bytes (the exact set) or 'B' and the Bloom filter's bit positions, 5 bytes each
 -- (strings of 2^30 bits). Returns the set of duplicates' indexes, as if each request were
@@ -2093,24 +2110,18 @@ local function dedup_check(fps, n)
   end
   if #bl > 0 then
     -- Every bit position of the batch, read once per string.
-    local bit, byk, order = {}, {}, {}
+    local bit, ps = {}, {}
     for _, r in ipairs(bl) do
       local fp = fps[r]
       for i = 2, #fp, 5 do
         local p = sunpack('>I5', fp, i)
         if bit[p] == nil then
           bit[p] = false
-          local k = floor(p / 1073741824)
-          local t = byk[k]
-          if not t then
-            t = {}
-            byk[k] = t
-            order[#order + 1] = k
-          end
-          t[#t + 1] = p
+          ps[#ps + 1] = p
         end
       end
     end
+    local order, byk = cos.bf_strings(ps)
     for _, k in ipairs(order) do
       local t = byk[k]
       local key = P .. 'bf:' .. k
@@ -2156,32 +2167,19 @@ local function dedup_check(fps, n)
 end
 local function dedup_mark()
   local add = X.dfadd
-  if add and #add > 0 then
-    for i = 1, #add, 4000 do
-      call('SADD', P .. 'df', unpack(add, i, math.min(i + 3999, #add)))
-    end
-  end
+  if add then call_many('SADD', P .. 'df', add, 4000) end
   local set = X.bfset
-  if set and #set > 0 then
-    local byk, order = {}, {}
-    for _, p in ipairs(set) do
-      local k = floor(p / 1073741824)
-      local t = byk[k]
-      if not t then
-        t = {}
-        byk[k] = t
-        order[#order + 1] = k
-      end
-      t[#t + 1] = 'SET'
-      t[#t + 1] = 'u1'
-      t[#t + 1] = p % 1073741824
-      t[#t + 1] = '1'
-    end
+  if set then
+    local order, byk = cos.bf_strings(set)
     for _, k in ipairs(order) do
-      local t = byk[k]
-      for i = 1, #t, 4000 do
-        call('BITFIELD', P .. 'bf:' .. k, unpack(t, i, math.min(i + 3999, #t)))
+      local a = {}
+      for _, p in ipairs(byk[k]) do
+        a[#a + 1] = 'SET'
+        a[#a + 1] = 'u1'
+        a[#a + 1] = p % 1073741824
+        a[#a + 1] = '1'
       end
+      call_many('BITFIELD', P .. 'bf:' .. k, a, 4000)
     end
   end
   X.dfadd, X.bfset = nil, nil
@@ -2303,7 +2301,7 @@ OPS.poll = function(args)
     out[#out + 1] = key
   end
   if #lrec > 0 then
-    hset_many(KL, lrec)
+    call_many('HSET', KL, lrec, 2000)
     for i = 1, #lexp, 2000 do call('ZADD', KLX, unpack(lexp, i, math.min(i + 1999, #lexp))) end
   end
   flush_all()
