@@ -582,7 +582,7 @@ impl RedisFrontier {
                 })
                 .collect()
         };
-        let mut fp = [0u8; 1 + 5 * 30];
+        let mut fp = [0u8; 1 + 5 * BLOOM_MAX_HASHES as usize];
         let fp_len = if request.dont_filter || self.dedup == Dedup::Off {
             0
         } else {
@@ -1203,6 +1203,10 @@ impl Dedup {
     }
 }
 
+/// The most hash functions [`bloom_shape`] gives a filter (frontier-core's cap too): a
+/// pushed fingerprint carries one 5-byte bit position per hash.
+const BLOOM_MAX_HASHES: u32 = 30;
+
 /// The size and number of hashes of frontier-core's Bloom filter for `capacity` URLs at
 /// false-positive rate `p` (same formula, same errors).
 fn bloom_shape(capacity: u64, p: f64) -> Result<Dedup> {
@@ -1217,7 +1221,8 @@ fn bloom_shape(capacity: u64, p: f64) -> Result<Dedup> {
         };
     }
     let m = m as u64;
-    let k = ((m as f64 / capacity as f64) * ln2 + 0.5).clamp(1.0, 30.0) as u32;
+    let k =
+        ((m as f64 / capacity as f64) * ln2 + 0.5).clamp(1.0, f64::from(BLOOM_MAX_HASHES)) as u32;
     Ok(Dedup::Bloom { bits: m, hashes: k })
 }
 
