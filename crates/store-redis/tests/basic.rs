@@ -62,6 +62,33 @@ fn conn(server: &RedisServer) -> redis::Connection {
         .unwrap()
 }
 
+/// Overwrites `host`'s name record in crawl `crawl` with bytes that do not decode;
+/// returns the hash bucket that holds it.
+fn damage_name_record(c: &mut redis::Connection, crawl: &str, host: &str) -> String {
+    let buckets: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{{{crawl}}}:N:*"))
+        .query(c)
+        .unwrap();
+    let bucket = buckets
+        .iter()
+        .find(|b| {
+            redis::cmd("HEXISTS")
+                .arg(b.as_str())
+                .arg(host)
+                .query::<bool>(c)
+                .unwrap()
+        })
+        .unwrap_or_else(|| panic!("{host} has a record"))
+        .clone();
+    let _: () = redis::cmd("HSET")
+        .arg(&bucket)
+        .arg(host)
+        .arg("\u{1}not a record")
+        .query(c)
+        .unwrap();
+    bucket
+}
+
 #[test]
 fn expired_leases_are_redelivered_and_free_their_slots() {
     let Some(server) = RedisServer::start_or_skip("expired_leases") else {
@@ -172,24 +199,7 @@ fn damaged_data_gives_typed_errors() {
 
     // A name record that does not decode: the error names its bucket and its field.
     f.push(&Request::get("https://c.com/1"), t(0)).unwrap();
-    let buckets: Vec<String> = redis::cmd("KEYS").arg("{dmg}:N:*").query(&mut c).unwrap();
-    let bucket = buckets
-        .iter()
-        .find(|b| {
-            redis::cmd("HEXISTS")
-                .arg(b.as_str())
-                .arg("c.com")
-                .query::<bool>(&mut c)
-                .unwrap()
-        })
-        .expect("c.com has a record")
-        .clone();
-    let _: () = redis::cmd("HSET")
-        .arg(&bucket)
-        .arg("c.com")
-        .arg("\u{1}not a record")
-        .query(&mut c)
-        .unwrap();
+    let bucket = damage_name_record(&mut c, "dmg", "c.com");
     match f.poll(t(0)) {
         Err(FrontierError::Store(RedisStoreError::Corrupt { detail })) => {
             assert!(detail.contains(&format!("{bucket}[c.com]")), "{detail}")
@@ -617,24 +627,7 @@ fn script_errors_in_a_pipeline_keep_their_type_and_name_the_call() {
     f.push(&Request::get("https://b.com/1"), t(0)).unwrap();
     // b.com's name record is damaged: the first call of the pipeline (a.com) succeeds,
     // the second fails.
-    let buckets: Vec<String> = redis::cmd("KEYS").arg("{pe}:N:*").query(&mut c).unwrap();
-    let bucket = buckets
-        .iter()
-        .find(|b| {
-            redis::cmd("HEXISTS")
-                .arg(b.as_str())
-                .arg("b.com")
-                .query::<bool>(&mut c)
-                .unwrap()
-        })
-        .expect("b.com has a record")
-        .clone();
-    let _: () = redis::cmd("HSET")
-        .arg(&bucket)
-        .arg("b.com")
-        .arg("\u{1}not a record")
-        .query(&mut c)
-        .unwrap();
+    let bucket = damage_name_record(&mut c, "pe", "b.com");
     let reqs = [
         Request::get("https://a.com/2"),
         Request::get("https://b.com/2"),
