@@ -554,38 +554,45 @@ end
 
 -- A scope state in "t": a byte saying which optional times are set (1 last sent, 2 ramp
 -- start, 4 quota start, 8 robots floor), 14 doubles, then the optional ones.
-local TFMT = '>Bdddddddddddddd'
+-- By `bits`: the doubles after the bits byte (decoding) and the whole record (encoding),
+-- each with one more double per optional time set; and the record's length.
+-- (One table of three: the main chunk is at Lua's 200 locals.)
+local TF = {dec = {}, enc = {}, len = {}, fmt = '>Bdddddddddddddd'}
+function TF.make(bits)
+  local k = bits % 2 + floor(bits / 2) % 2 + floor(bits / 4) % 2 + floor(bits / 8) % 2
+  local extra = string.rep('d', k)
+  TF.dec[bits] = '>dddddddddddddd' .. extra
+  TF.enc[bits] = TF.fmt .. extra
+  TF.len[bits] = 113 + 8 * k
+end
 local function tdecode(name, raw)
-  local ok, bits, bd, d, c, a, lv, na, hu, ba, wt, qc, sn, dn, tr, lu, pos = pcall(sunpack, TFMT, raw)
-  if not ok then fail('CORRUPT', KT .. '[' .. name .. ']: undecodable scope state') end
-  local s = {bd = bd, d = d, c = c, a = a, lv = lv, na = na, hu = hu, ba = ba, wt = wt,
-             qc = qc, sn = sn, dn = dn, tr = tr, lu = lu}
-  if bits > 0 then
-    local o = {}
-    ok, o[1], o[2], o[3], o[4] = pcall(sunpack, '>' .. string.rep('d', (bits % 2) + floor(bits / 2) % 2
-      + floor(bits / 4) % 2 + floor(bits / 8) % 2), raw, pos)
-    if not ok then fail('CORRUPT', KT .. '[' .. name .. ']: undecodable scope state') end
-    local i = 1
-    if bits % 2 == 1 then s.ls = o[i]; i = i + 1 end
-    if bits % 4 >= 2 then s.rs = o[i]; i = i + 1 end
-    if bits % 8 >= 4 then s.qs = o[i]; i = i + 1 end
-    if bits % 16 >= 8 then s.rf = o[i]; i = i + 1 end
-    pos = o[i]
-  end
-  if pos ~= #raw + 1 or bits > 15 then
+  local bits = sbyte(raw, 1)
+  local len = TF.len
+  if bits and bits <= 15 and not len[bits] then TF.make(bits) end
+  if not bits or bits > 15 or #raw ~= len[bits] then
     fail('CORRUPT', KT .. '[' .. name .. ']: undecodable scope state')
   end
+  local bd, d, c, a, lv, na, hu, ba, wt, qc, sn, dn, tr, lu, o1, o2, o3, o4 =
+    sunpack(TF.dec[bits], raw, 2)
+  local s = {bd = bd, d = d, c = c, a = a, lv = lv, na = na, hu = hu, ba = ba, wt = wt,
+             qc = qc, sn = sn, dn = dn, tr = tr, lu = lu}
+  -- The optional times, in order, each taking the next value.
+  if bits % 2 == 1 then s.ls, o1, o2, o3 = o1, o2, o3, o4 end
+  if bits % 4 >= 2 then s.rs, o1, o2 = o1, o2, o3 end
+  if bits % 8 >= 4 then s.qs, o1 = o1, o2 end
+  if bits >= 8 then s.rf = o1 end
   return s
 end
 local function tencode(s)
   local bits = (s.ls and 1 or 0) + (s.rs and 2 or 0) + (s.qs and 4 or 0) + (s.rf and 8 or 0)
-  local out = spack(TFMT, bits, s.bd, s.d, s.c, s.a, s.lv, s.na, s.hu, s.ba, s.wt, s.qc, s.sn,
-                    s.dn, s.tr, s.lu)
-  if s.ls then out = out .. spack('>d', s.ls) end
-  if s.rs then out = out .. spack('>d', s.rs) end
-  if s.qs then out = out .. spack('>d', s.qs) end
-  if s.rf then out = out .. spack('>d', s.rf) end
-  return out
+  if not TF.len[bits] then TF.make(bits) end
+  -- The optional times that are set, in order, moved to the front.
+  local x1, x2, x3, x4 = s.ls, s.rs, s.qs, s.rf
+  if not x3 then x3, x4 = x4, nil end
+  if not x2 then x2, x3, x4 = x3, x4, nil end
+  if not x1 then x1, x2, x3, x4 = x2, x3, x4, nil end
+  return spack(TF.enc[bits], bits, s.bd, s.d, s.c, s.a, s.lv, s.na, s.hu, s.ba, s.wt, s.qc,
+               s.sn, s.dn, s.tr, s.lu, x1, x2, x3, x4)
 end
 
 -- The state of `name`, created if needed, brought up to `now`, marked used.
@@ -669,6 +676,21 @@ end
 local function try_acquire(uses, dont_throttle, now)
   now = tclamp(now)
   if dont_throttle then return {s = {}, counted = false} end
+  if #uses == 1 then
+    -- One scope (the common case): resolve_all, gate_all and the sends below, without
+    -- their lists.
+    local name = uses[1][1]
+    local a = norm_amount(uses[1][2])
+    tresolve(name, now)
+    if cget('inf') >= settings().concurrent_requests then return nil, 'blocked' end
+    local st, p = Tcache[name], params_of(name)
+    local g = gate(st, p, a, now)
+    if g == 'full' then return nil, 'blocked' end
+    if g ~= 'open' then return nil, g end
+    record_send(st, p, a, now)
+    cadd('inf', 1)
+    return {s = {name}, counted = true}
+  end
   local list = resolve_all(uses, now)
   local why = gate_all(list, now)
   if why then return nil, why end
@@ -970,30 +992,40 @@ local function tier_len(t)
   return 5
 end
 local function rbad(name) fail('CORRUPT', nbucket(name) .. '[' .. name .. ']: undecodable record') end
+-- RFMT.len: the lengths of its formats (a field is decoded only when the record holds all
+-- its bytes, so struct.unpack cannot fail); RFMT.out: rencode's pieces, one table for
+-- every call (only its first `n` entries are used). In RFMT: the main chunk is at Lua's
+-- 200 locals.
+RFMT.len = {[0] = 10, 7, 9, 6}
+RFMT.out = {}
 local function rdecode(name, raw)
   local parts = sbyte(raw, 1)
   if not parts or parts > 31 then rbad(name) end
-  local r = {stored = true}
   local pos = 2
-  local ok
+  local len = #raw
+  local g, s
   if parts % 2 == 1 then
+    local short = floor(parts / 8)
+    if len < RFMT.len[short] + 1 then rbad(name) end
     local gid, n, st, gf
-    ok, gid, n, st, gf, pos = pcall(sunpack, RFMT[floor(parts / 8)], raw, pos)
-    if not ok or not GST[st] then rbad(name) end
-    local g = {gid = gid, n = n, dl = 0, a = 0, ls = 0, st = GST[st], ld = 0,
-               sh = gf % 2 == 1, own = gf % 4 >= 2}
+    gid, n, st, gf, pos = sunpack(RFMT[short], raw, pos)
+    st = GST[st]
+    if not st then rbad(name) end
+    local dl, a, ls, ld = 0, 0, 0, 0
     if gf % 128 >= 64 then
-      ok, g.dl, g.a, pos = pcall(sunpack, '>I4I4', raw, pos)
-      if not ok then rbad(name) end
+      if len < pos + 7 then rbad(name) end
+      dl, a, pos = sunpack('>I4I4', raw, pos)
     end
     if gf >= 128 then
-      ok, g.ls, pos = pcall(sunpack, '>I5', raw, pos)
-      if not ok then rbad(name) end
+      if len < pos + 4 then rbad(name) end
+      ls, pos = sunpack('>I5', raw, pos)
     end
     if gf % 32 >= 16 then
-      ok, g.ld, pos = pcall(sunpack, '>d', raw, pos)
-      if not ok then rbad(name) end
+      if len < pos + 7 then rbad(name) end
+      ld, pos = sunpack('>d', raw, pos)
     end
+    g = {gid = gid, n = n, dl = dl, a = a, ls = ls, st = st, ld = ld, sh = gf % 2 == 1,
+         own = gf % 4 >= 2}
     if gf % 16 >= 8 then
       local b = sbyte(raw, pos)
       local tl = (b == 0 or b == 255) and 10 or 5
@@ -1018,39 +1050,38 @@ local function rdecode(name, raw)
       if #g.pk ~= npk then rbad(name) end
       pos = pos + 1 + npk
     end
-    r.g = g
   end
   if parts % 4 >= 2 then
     local sf = sbyte(raw, pos)
     if not sf then rbad(name) end
     pos = pos + 1
-    local s = {rf = 1, sh = sf % 2 == 1}
+    local rf, tm, ow = 1, nil, nil
     if sf % 32 >= 16 then
-      ok, s.rf, pos = pcall(sunpack, '>I4', raw, pos)
-      if not ok then rbad(name) end
+      if len < pos + 3 then rbad(name) end
+      rf, pos = sunpack('>I4', raw, pos)
     end
     if sf % 4 >= 2 then
-      ok, s.tm, pos = pcall(sunpack, '>d', raw, pos)
-      if not ok then rbad(name) end
+      if len < pos + 7 then rbad(name) end
+      tm, pos = sunpack('>d', raw, pos)
     end
-    if sf % 8 >= 4 then s.ow = name end
+    if sf % 8 >= 4 then ow = name end
     if sf % 16 >= 8 then
-      local len
-      ok, len, pos = pcall(sunpack, '>H', raw, pos)
-      if not ok then rbad(name) end
-      s.ow = ssub(raw, pos, pos + len - 1)
-      if #s.ow ~= len then rbad(name) end
-      pos = pos + len
+      if len < pos + 1 then rbad(name) end
+      local n
+      n, pos = sunpack('>H', raw, pos)
+      ow = ssub(raw, pos, pos + n - 1)
+      if #ow ~= n then rbad(name) end
+      pos = pos + n
     end
-    r.s = s
+    s = {rf = rf, sh = sf % 2 == 1, tm = tm, ow = ow}
   end
-  if pos ~= #raw + 1 then rbad(name) end
-  return r
+  if pos ~= len + 1 then rbad(name) end
+  return {stored = true, g = g, s = s}
 end
 local function rencode(name, r)
   local g, s = r.g, r.s
   local parts = (g and 1 or 0) + (s and 2 or 0)
-  local out = {''}
+  local out, n = RFMT.out, 1
   if g then
     local short = (g.pk == '1' and 4 or 0) + (g.n < 256 and 8 or 0) + (g.gid < 16777216 and 16 or 0)
     parts = parts + short
@@ -1058,29 +1089,29 @@ local function rencode(name, r)
     local gf = (g.sh and 1 or 0) + (g.own and 2 or 0) + (g.wb and 4 or 0)
       + (g.tier and 8 or 0) + (g.ld ~= 0 and 16 or 0) + (g.ps and 32 or 0)
       + (counts and 64 or 0) + (g.ls ~= 0 and 128 or 0)
-    out[2] = spack(RFMT[floor(short / 8)], g.gid, g.n, GST[g.st], gf)
-    if counts then out[#out + 1] = spack('>I4I4', g.dl, g.a) end
-    if g.ls ~= 0 then out[#out + 1] = spack('>I5', g.ls) end
-    if g.ld ~= 0 then out[#out + 1] = spack('>d', g.ld) end
-    if g.tier then out[#out + 1] = g.tier end
-    if g.ps then out[#out + 1] = schar(g.ps) end
-    if g.wb then out[#out + 1] = schar(g.wb) end
+    n = n + 1; out[n] = spack(RFMT[floor(short / 8)], g.gid, g.n, GST[g.st], gf)
+    if counts then n = n + 1; out[n] = spack('>I4I4', g.dl, g.a) end
+    if g.ls ~= 0 then n = n + 1; out[n] = spack('>I5', g.ls) end
+    if g.ld ~= 0 then n = n + 1; out[n] = spack('>d', g.ld) end
+    if g.tier then n = n + 1; out[n] = g.tier end
+    if g.ps then n = n + 1; out[n] = schar(g.ps) end
+    if g.wb then n = n + 1; out[n] = schar(g.wb) end
     if g.pk ~= '1' then
-      out[#out + 1] = schar(#g.pk)
-      out[#out + 1] = g.pk
+      n = n + 1; out[n] = schar(#g.pk)
+      n = n + 1; out[n] = g.pk
     end
   end
   if s then
     local named = s.ow ~= nil and s.ow ~= name
     local sf = (s.sh and 1 or 0) + (s.tm and 2 or 0) + (s.ow == name and 4 or 0)
       + (named and 8 or 0) + (s.rf ~= 1 and 16 or 0)
-    out[#out + 1] = schar(sf)
-    if s.rf ~= 1 then out[#out + 1] = spack('>I4', s.rf) end
-    if s.tm then out[#out + 1] = spack('>d', s.tm) end
-    if named then out[#out + 1] = spack('>H', #s.ow) .. s.ow end
+    n = n + 1; out[n] = schar(sf)
+    if s.rf ~= 1 then n = n + 1; out[n] = spack('>I4', s.rf) end
+    if s.tm then n = n + 1; out[n] = spack('>d', s.tm) end
+    if named then n = n + 1; out[n] = spack('>H', #s.ow) .. s.ow end
   end
   out[1] = schar(parts)
-  return table.concat(out)
+  return table.concat(out, '', 1, n)
 end
 local function rec(name)
   local r = R[name]
@@ -1873,8 +1904,8 @@ local function next_event_time()
   return -1
 end
 
--- Scheduler::poll. Returns {'ready', key, member, permit, priority, class} or
--- {'peek', key} or {'until', t} or {'blocked'} or {'empty'}.
+-- Scheduler::poll. Returns 'ready', key, member, permit, priority, class; or 'peek', key;
+-- or 'until', t; or 'blocked'; or 'empty' (values, not a table: one table less per lease).
 -- `again`: another poll at the same instant in the same call, whose events were handled.
 local function sched_poll(now, reserve, again)
   if not again then handle_events(now) end
@@ -1882,7 +1913,7 @@ local function sched_poll(now, reserve, again)
     local key
     if cget('inf') >= settings().concurrent_requests then
       key = unthrottled_candidate()
-      if not key then return {'blocked'} end
+      if not key then return 'blocked' end
     else
       key = pop_candidate()
       if not key then break end
@@ -1903,17 +1934,17 @@ local function sched_poll(now, reserve, again)
       rmark(key)
       local m, priority, class = take_head(key)
       if woken then rearm(uses[woken][1], now) end
-      return {'ready', key, m, permit, priority, class}
+      return 'ready', key, m, permit, priority, class
     elseif not reserve and not why then
       make_candidate(key, g.wb)
-      return {'peek', key}
+      return 'peek', key
     elseif why == 'blocked' then
       local i = blocking_scope(key, now)
       if i then
         park_after_attempt(key, i, now)
       else
         make_candidate(key, g.wb)
-        return {'blocked'}
+        return 'blocked'
       end
     else
       local i = binding_scope(key, why, now)
@@ -1921,10 +1952,10 @@ local function sched_poll(now, reserve, again)
       arm(uses[i][1], why)
     end
   end
-  if cget('queued') == 0 and cget('delayed') == 0 then return {'empty'} end
+  if cget('queued') == 0 and cget('delayed') == 0 then return 'empty' end
   local t = next_event_time()
-  if t >= 0 then return {'until', t} end
-  return {'blocked'}
+  if t >= 0 then return 'until', t end
+  return 'blocked'
 end
 
 -- ------------------------------------------------------------------ frontier
@@ -1947,9 +1978,9 @@ local function stat(name, d) call('HINCRBY', KST, name, d) end
 -- expiry, the group key's length, the group key, then the request's body (flags byte and
 -- payload).
 local LFMT = '>i4BBdH'
-local function lease_pack(rec)
-  local bits = (rec.sr and 1 or 0) + (rec.dt and 2 or 0) + (rec.counted and 4 or 0)
-  return spack(LFMT, rec.pr, bits, rec.k, rec.x, #rec.g) .. rec.g .. rec.b
+local function lease_pack(pr, sr, dt, counted, k, x, g, b)
+  local bits = (sr and 1 or 0) + (dt and 2 or 0) + (counted and 4 or 0)
+  return spack(LFMT, pr, bits, k, x, #g) .. g .. b
 end
 local function lease_load(seq)
   local raw = call('HGET', KL, seq)
@@ -2273,24 +2304,22 @@ OPS.poll = function(args)
   end
   evict_idle(tclamp(NOW), 2)
   local out = {0}
-  local last = {'more'}
+  local last, last_t = 'more', nil
   local exp = NOW + lease_ns
   local lrec, lexp = {}, {}
   while out[1] < max do
-    local r = sched_poll(NOW, true, out[1] > 0)
-    if r[1] ~= 'ready' then
-      last = r
+    local kind, key, m, permit, priority = sched_poll(NOW, true, out[1] > 0)
+    if kind ~= 'ready' then
+      last, last_t = kind, key
       break
     end
-    local key, m, permit = r[2], r[3], r[4]
     local _, _, seq, body = member_parts(m)
     local flags = sbyte(body, 1)
     local start = flags % 2 == 1
     local dt = floor(flags / 2) % 2 == 1
     local k = floor(flags / 4)
     lrec[#lrec + 1] = seq
-    lrec[#lrec + 1] = lease_pack({g = key, counted = permit.counted, pr = r[5], sr = start,
-                                  dt = dt, b = body, x = exp, k = k})
+    lrec[#lrec + 1] = lease_pack(priority, start, dt, permit.counted, k, exp, key, body)
     lexp[#lexp + 1] = exp
     lexp[#lexp + 1] = seq
     cadd('deq', 1)
@@ -2305,8 +2334,8 @@ OPS.poll = function(args)
     for i = 1, #lexp, 2000 do call('ZADD', KLX, unpack(lexp, i, math.min(i + 1999, #lexp))) end
   end
   flush_all()
-  out[#out + 1] = last[1]
-  out[#out + 1] = num(last[2] or -1)
+  out[#out + 1] = last
+  out[#out + 1] = num(last_t or -1)
   out[#out + 1] = call('HLEN', KL)
   out[#out + 1] = num(NOW)
   if not first_exp then
@@ -2321,10 +2350,9 @@ end
 
 -- peek: what poll would hand out now, without leasing it: {seq, payload, key} or {}.
 OPS.peek = function(args)
-  local r = sched_poll(NOW, false)
+  local kind, key = sched_poll(NOW, false)
   local out = {}
-  if r[1] == 'peek' then
-    local key = r[2]
+  if kind == 'peek' then
     local m = q_head(G(key))
     if not m then fail('CORRUPT', 'group ' .. key .. ' counts requests but has none') end
     local _, _, seq, body = member_parts(m)
@@ -2383,7 +2411,8 @@ OPS.extend = function(args)
   local rec, seq = lease_of(args[1])
   if not rec then return 0 end
   rec.x = NOW + tonumber(args[2])
-  call('HSET', KL, seq, lease_pack(rec))
+  call('HSET', KL, seq,
+    lease_pack(rec.pr, rec.sr, rec.dt, rec.counted, rec.k, rec.x, rec.g, rec.b))
   call('ZADD', KLX, rec.x, seq)
   return 1
 end
