@@ -789,6 +789,7 @@ end
 function cos.card(key)
   local n = CARD[key]
   if not n then
+    cos.qflush(key)
     n = call('ZCARD', key)
     CARD[key] = n
   end
@@ -798,6 +799,37 @@ function cos.zadd1(key, score, m)
   local a = call('ZADD', key, score, m)
   local n = CARD[key]
   if n then CARD[key] = n + a end
+end
+-- A push's queue additions wait until the end of the call, or until their key is read:
+-- one ZADD per queue key instead of one per request. X.qpend (set by push only): key ->
+-- flat score/member list, and the keys in the order first met. Every member is new (its
+-- sequence number is), so each adds one to the key's size.
+function cos.qadd(key, score, m)
+  local pend = X.qpend
+  if not pend then return cos.zadd1(key, score, m) end
+  local t = pend[key]
+  if not t then
+    t = {}
+    pend[key] = t
+    pend[#pend + 1] = key
+  end
+  t[#t + 1] = score
+  t[#t + 1] = m
+  local n = CARD[key]
+  if n then CARD[key] = n + 1 end
+end
+function cos.qflush(key)
+  local pend = X.qpend
+  local t = pend and pend[key]
+  if not t then return end
+  pend[key] = nil
+  for i = 1, #t, 2000 do call('ZADD', key, unpack(t, i, math.min(i + 1999, #t))) end
+end
+function cos.qflush_all()
+  local pend = X.qpend
+  if not pend then return end
+  for _, key in ipairs(pend) do cos.qflush(key) end
+  X.qpend = nil
 end
 function cos.zrem1(key, m)
   local a = call('ZREM', key, m)
@@ -1247,7 +1279,7 @@ local U = {}     -- group key -> {{name, amount}...}, this call
 local function parse_group_key(key)
   local uses = {}
   if key == '' then return uses end
-  if not string.find(key, '[\n\t]') then
+  if not string.find(key, '\n', 1, true) and not string.find(key, '\t', 1, true) then
     uses[1] = {key, 1}
     return uses
   end
@@ -1309,18 +1341,27 @@ local function oenc(v)
   if v < 0 then return '\0' .. spack('>I5', v + 8589934592) end
   return '\255' .. spack('>I5', v + 8589934592)
 end
--- Order-preserving variable-length unsigned integers below 2^48: a length byte (1-6) and
--- that many big-endian bytes; with `desc`, the length byte is 255 - length and the bytes
--- are complemented, which reverses the order (LIFO sequence keys).
+-- Order-preserving variable-length unsigned integers below 2^48 ("venc"): a length byte
+-- (1-6) and that many big-endian bytes; descending, the length byte is 255 - length and
+-- the bytes are complemented, which reverses the order (LIFO sequence keys). Written by
+-- the whole-member formats below, read by vdec.
 local IFMT = {'>I1', '>I2', '>I3', '>I4', '>I5', '>I6'}
-local function venc(x, desc)
-  local len = 1
-  if x >= 256 then
-    len = 2
-    while x >= 256 ^ len do len = len + 1 end
-  end
-  if desc then return schar(255 - len) .. spack(IFMT[len], 256 ^ len - 1 - x) end
-  return schar(len) .. spack(IFMT[len], x)
+-- The number of bytes after the length byte for `x`.
+function IFMT.len(x)
+  if x < 256 then return 1 end
+  local len = 2
+  while x >= 256 ^ len do len = len + 1 end
+  return len
+end
+-- Whole members in one struct.pack each, by that length (c0: a whole string): a rank
+-- member (order value, load and amount, last served, group number, group key), a listing
+-- (tier, last served, group number, group key) and a queued member (order value,
+-- sequence key, body). The same bytes as the pieces joined.
+IFMT.rank, IFMT.list, IFMT.mem = {}, {}, {}
+for len = 1, 6 do
+  IFMT.rank[len] = '>c0HHBI' .. len .. 'I4c0'
+  IFMT.list[len] = '>c0BI' .. len .. 'I4c0'
+  IFMT.mem[len] = '>c0BI' .. len .. 'c0'
 end
 -- The number at `pos` and the position after it.
 local function vdec(m, pos, desc, what)
@@ -1334,8 +1375,14 @@ local function vdec(m, pos, desc, what)
   if desc then x = 256 ^ len - 1 - x end
   return x, pos + 1 + len
 end
-local function order_prefix(priority, class, seq)
-  return oenc(-2 * priority + class) .. venc(seq, lifo(class))
+-- A queued member: the order value and sequence key of (priority, class, seq), then `body`.
+local function order_member(priority, class, seq, body)
+  local len = IFMT.len(seq)
+  if lifo(class) then
+    return spack(IFMT.mem[len], oenc(-2 * priority + class), 255 - len, 256 ^ len - 1 - seq,
+                 body)
+  end
+  return spack(IFMT.mem[len], oenc(-2 * priority + class), len, seq, body)
 end
 -- A queued member's order value and where its sequence key starts.
 local function member_order(m)
@@ -1370,6 +1417,7 @@ local function qloc(g)
 end
 local function q_head(g)
   local k, slot = qloc(g)
+  cos.qflush(k)
   if g.own then return call('ZRANGE', k, '0', '0')[1] end
   return call('ZRANGE', k, slot, slot, 'BYSCORE', 'LIMIT', '0', '1')[1]
 end
@@ -1377,6 +1425,7 @@ local function q_add(g, member)
   local k, slot = qloc(g)
   if not g.own and cos.card(k) >= QBUCKET_MAX then
     -- The shared bucket is full: this group's requests move to a key of their own.
+    cos.qflush(k)
     local mine = call('ZRANGE', k, slot, slot, 'BYSCORE')
     if #mine > 0 then
       call('ZREMRANGEBYSCORE', k, slot, slot)
@@ -1387,7 +1436,7 @@ local function q_add(g, member)
     g.qk = nil
     k, slot = qloc(g)
   end
-  cos.zadd1(k, slot, member)
+  cos.qadd(k, slot, member)
 end
 -- The order value of a group's head, or nil: a listed group's tier starts with it.
 local function head_v(key)
@@ -1425,8 +1474,9 @@ local function rank_member(key, head)
     amount16 = f32_top16(amount_of(key))
     u.am16 = amount16
   end
-  return oenc(v) .. spack('>HH', scaled, 65535 - amount16) .. venc(g.ls) .. spack('>I4', g.gid)
-    .. key
+  local ls = g.ls
+  local len = IFMT.len(ls)
+  return spack(IFMT.rank[len], oenc(v), scaled, 65535 - amount16, len, ls, g.gid, key)
 end
 -- The tier of a rank member (or of a record's listing).
 local function tier_of(m) return ssub(m, 1, tier_len(m)) end
@@ -1436,7 +1486,11 @@ local function member_key(m)
   return ssub(m, at + 4)
 end
 -- The member a group is listed under (its tier is kept; the rest follows).
-local function listing(key, g) return g.tier .. venc(g.ls) .. spack('>I4', g.gid) .. key end
+local function listing(key, g)
+  local ls = g.ls
+  local len = IFMT.len(ls)
+  return spack(IFMT.list[len], g.tier, len, ls, g.gid, key)
+end
 local function pkey(name) return P .. 'k:' .. name end
 
 local function unlist(key)
@@ -1653,7 +1707,7 @@ end
 -- insert: `body` is flags(1) .. payload; `not_before` nil or a time.
 local function insert(key, seq, body, priority, start, not_before, now)
   local class = class_of(start)
-  local member = order_prefix(priority, class, seq) .. body
+  local member = order_member(priority, class, seq, body)
   if not_before and not_before > now then
     local g = G(key)
     g.dl = g.dl + 1
@@ -1777,6 +1831,7 @@ local function take_head(key)
   local g = G(key)
   -- The head and the one after it (the next head) in one read.
   local k, slot = qloc(g)
+  cos.qflush(k)
   local two
   if g.own then
     two = call('ZRANGE', k, '0', '1')
@@ -1810,7 +1865,10 @@ local function collect(key)
   if not g or g.n > 0 or g.dl > 0 or g.a > 0 or g.st ~= 'I' then return end
   G(key)
   unlist(key)
-  if g.own then call('DEL', P .. 'q:' .. g.gid) end
+  if g.own then
+    cos.qflush(P .. 'q:' .. g.gid)
+    call('DEL', P .. 'q:' .. g.gid)
+  end
   call('RPUSH', P .. 'gfree', g.gid)
   X.gfree0 = nil
   r.g = nil
@@ -2245,12 +2303,13 @@ OPS.push = function(args)
     if not dup[r] then
       local key = F[8 * r - 7]
       names[#names + 1] = key
-      if string.find(key, '[\n\t]') then
+      if string.find(key, '\n', 1, true) or string.find(key, '\t', 1, true) then
         for _, u in ipairs(uses_of(key)) do names[#names + 1] = u[1] end
       end
     end
   end
   rec_prefetch(names)
+  X.qpend = {}
   local out = {}
   local filtered = 0
   for r = 1, n do
@@ -2273,6 +2332,7 @@ OPS.push = function(args)
       out[r] = seq
     end
   end
+  cos.qflush_all()
   dedup_mark()
   if filtered > 0 then stat('filtered', filtered) end
   flush_all()
