@@ -169,7 +169,7 @@ local function settings()
       ck = SDIGEST or SRAW
       local ok, t = pcall(cjson.decode, SRAW)
       if not ok then fail('CORRUPT', KCFG .. '[settings]: not JSON') end
-      SC = {s = t, kinds = {}, named = {}}
+      SC = {s = t, kinds = {}, named = {}, bypk = {}}
       Scache[ck] = SC
     end
     S = SC.s
@@ -217,7 +217,12 @@ local function params_of(name, kind)
   if p then return p end
   local pk = Pkey[name]
   if pk and pk ~= 'N' then
-    p = kind_params('\0' .. pk)
+    -- By the kind digit (kind_params's key is "\0" and the digit).
+    p = SC and SC.bypk[pk]
+    if not p then
+      p = kind_params('\0' .. pk)
+      SC.bypk[pk] = p
+    end
   else
     settings()
     p = SC.named[name]
@@ -672,10 +677,11 @@ local function resolve_all(uses, now)
   return list
 end
 
--- try_acquire_hinted: returns permit {names..., counted} or nil, why.
+-- try_acquire_hinted: returns true and whether the send is counted (the permit holds the
+-- uses' scopes, or none when not throttled), or nil and why.
 local function try_acquire(uses, dont_throttle, now)
   now = tclamp(now)
-  if dont_throttle then return {s = {}, counted = false} end
+  if dont_throttle then return true, false end
   if #uses == 1 then
     -- One scope (the common case): resolve_all, gate_all and the sends below, without
     -- their lists.
@@ -689,18 +695,16 @@ local function try_acquire(uses, dont_throttle, now)
     if g ~= 'open' then return nil, g end
     record_send(st, p, a, now)
     cadd('inf', 1)
-    return {s = {name}, counted = true}
+    return true, true
   end
   local list = resolve_all(uses, now)
   local why = gate_all(list, now)
   if why then return nil, why end
-  local names = {}
   for _, x in ipairs(list) do
     record_send(Tcache[x[1]], params_of(x[1]), x[2], now)
-    names[#names + 1] = x[1]
   end
   cadd('inf', 1)
-  return {s = names, counted = true}
+  return true, true
 end
 
 local function tcheck(uses, now)
@@ -730,10 +734,18 @@ local function load_of_names(names)
   end
   return best
 end
+-- load_of_names of the uses' names (without their list).
 local function tload(uses)
-  local names = {}
-  for i, u in ipairs(uses) do names[i] = u[1] end
-  return load_of_names(names)
+  local best = 0
+  for _, u in ipairs(uses) do
+    local st = tfind(u[1])
+    if st then
+      local l = 0
+      if st.c ~= 0 then l = st.a / st.c end
+      if l > best then best = l end
+    end
+  end
+  return best
 end
 
 -- release_and_load: frees the permit's slots and feeds the outcome to backoff.
@@ -1471,7 +1483,9 @@ local function rank_member(key, head)
   local u = uses_of(key)
   local amount16 = u.am16
   if not amount16 then
-    amount16 = f32_top16(amount_of(key))
+    local a = amount_of(key)
+    -- 1.0 as an f32 is 0x3F800000.
+    if a == 1 then amount16 = 16256 else amount16 = f32_top16(a) end
     u.am16 = amount16
   end
   local ls = g.ls
@@ -1962,7 +1976,7 @@ local function next_event_time()
   return -1
 end
 
--- Scheduler::poll. Returns 'ready', key, member, permit, priority, class; or 'peek', key;
+-- Scheduler::poll. Returns 'ready', key, member, counted, priority, class; or 'peek', key;
 -- or 'until', t; or 'blocked'; or 'empty' (values, not a table: one table less per lease).
 -- `again`: another poll at the same instant in the same call, whose events were handled.
 local function sched_poll(now, reserve, again)
@@ -1979,20 +1993,22 @@ local function sched_poll(now, reserve, again)
     local g = G(key)
     local uses = uses_of(key)
     local unthrottled = #uses == 0
-    local permit, why
+    local acquired, why
     if reserve then
-      permit, why = try_acquire(uses, unthrottled, now)
+      acquired, why = try_acquire(uses, unthrottled, now)
     elseif not unthrottled then
       why = tcheck(uses, now)
     end
-    if reserve and permit then
-      g.ld = load_of_names(permit.s)
+    if reserve and acquired then
+      -- The permit's load: its scopes are the uses' (none when not throttled).
+      local counted = why
+      g.ld = tload(uses)
       local woken = g.wb
       g.wb = nil
       rmark(key)
       local m, priority, class = take_head(key)
       if woken then rearm(uses[woken][1], now) end
-      return 'ready', key, m, permit, priority, class
+      return 'ready', key, m, counted, priority, class
     elseif not reserve and not why then
       make_candidate(key, g.wb)
       return 'peek', key
@@ -2368,7 +2384,7 @@ OPS.poll = function(args)
   local exp = NOW + lease_ns
   local lrec, lexp = {}, {}
   while out[1] < max do
-    local kind, key, m, permit, priority = sched_poll(NOW, true, out[1] > 0)
+    local kind, key, m, counted, priority = sched_poll(NOW, true, out[1] > 0)
     if kind ~= 'ready' then
       last, last_t = kind, key
       break
@@ -2379,7 +2395,7 @@ OPS.poll = function(args)
     local dt = floor(flags / 2) % 2 == 1
     local k = floor(flags / 4)
     lrec[#lrec + 1] = seq
-    lrec[#lrec + 1] = lease_pack(priority, start, dt, permit.counted, k, exp, key, body)
+    lrec[#lrec + 1] = lease_pack(priority, start, dt, counted, k, exp, key, body)
     lexp[#lexp + 1] = exp
     lexp[#lexp + 1] = seq
     cadd('deq', 1)
