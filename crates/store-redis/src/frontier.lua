@@ -129,7 +129,11 @@ local function cset(name, v)
   C[name] = v
   Cdirty = true
 end
-local function cadd(name, d) cset(name, cget(name) + d) end
+local function cadd(name, d)
+  if not Cloaded then cload() end
+  C[name] = C[name] + d
+  Cdirty = true
+end
 -- Written only when they changed (C._raw: as read).
 local function cflush()
   if not Cdirty then return end
@@ -1001,7 +1005,8 @@ local function nbucket_of(h)
   if b < cget('hS') then b = h % (m * 2) end
   local k = NBK[b]
   if not k then
-    k = P .. 'N:' .. b
+    -- (string.format's %d: Lua's own number to string conversion is a %.14g printf.)
+    k = string.format('%sN:%d', P, b)
     NBK[b] = k
   end
   return k
@@ -1323,7 +1328,8 @@ end
 -- The group part of `key`'s record (which must exist); remembers its scopes' parameter
 -- keys.
 local function G(key)
-  local r = rec(key)
+  local r = R[key]
+  if r == nil then r = rec(key) end
   local g = r and r.g
   if not g then fail('CORRUPT', 'group ' .. key .. ' has no record') end
   if not g.seen then
@@ -1421,7 +1427,11 @@ local SLOT = {[0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', '10', '11'
 local function qloc(g)
   local k = g.qk
   if not k then
-    if g.own then k = P .. 'q:' .. g.gid else k = P .. 'Q:' .. floor(g.gid / 16) end
+    if g.own then
+      k = string.format('%sq:%d', P, g.gid)
+    else
+      k = string.format('%sQ:%d', P, floor(g.gid / 16))
+    end
     g.qk = k
   end
   if g.own then return k, '0' end
@@ -2382,6 +2392,12 @@ OPS.poll = function(args)
   local out = {0}
   local last, last_t = 'more', nil
   local exp = NOW + lease_ns
+  -- The expiry and the sequence numbers go to Redis as %d text: the same digits Redis
+  -- writes for an integer below 2^53, without its %.17g printf for each number.
+  local exps = exp
+  if exp > 0 and exp < 9007199254740992 and exp == floor(exp) then
+    exps = string.format('%d', exp)
+  end
   local lrec, lexp = {}, {}
   while out[1] < max do
     local kind, key, m, counted, priority = sched_poll(NOW, true, out[1] > 0)
@@ -2394,10 +2410,11 @@ OPS.poll = function(args)
     local start = flags % 2 == 1
     local dt = floor(flags / 2) % 2 == 1
     local k = floor(flags / 4)
-    lrec[#lrec + 1] = seq
+    local sseq = string.format('%d', seq)
+    lrec[#lrec + 1] = sseq
     lrec[#lrec + 1] = lease_pack(priority, start, dt, counted, k, exp, key, body)
-    lexp[#lexp + 1] = exp
-    lexp[#lexp + 1] = seq
+    lexp[#lexp + 1] = exps
+    lexp[#lexp + 1] = sseq
     cadd('deq', 1)
     cadd('leased', 1)
     out[1] = out[1] + 1
