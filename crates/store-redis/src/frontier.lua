@@ -1252,10 +1252,13 @@ local function rflush()
     if r and (r.g or r.s) then
       local raw = rencode(name, r)
       if raw ~= r._raw or not r.stored then
-        put[b] = put[b] or {}
         local t = put[b]
-        t[#t + 1] = name
-        t[#t + 1] = raw
+        if t then
+          t[#t + 1] = name
+          t[#t + 1] = raw
+        else
+          put[b] = {name, raw}
+        end
         r._raw = raw
       end
       if not r.stored then
@@ -1294,12 +1297,12 @@ local SEQ_SPAN = 1099511627776           -- 2^40: sequence numbers and LIFO orde
 local U = {}     -- group key -> {{name, amount}...}, this call
 -- Parses a group key: names sorted, joined by "\n", "\t" and the amount when not 1.
 local function parse_group_key(key)
-  local uses = {}
-  if key == '' then return uses end
+  if key == '' then return {} end
   if not string.find(key, '\n', 1, true) and not string.find(key, '\t', 1, true) then
-    uses[1] = {key, 1}
-    return uses
+    -- Built whole (am16: rank_member's slot, false until known), so it never grows.
+    return {{key, 1}, am16 = false}
   end
+  local uses = {}
   for part in string.gmatch(key .. '\n', '([^\n]*)\n') do
     local name, amount = string.match(part, '^([^\t]+)\t(.+)$')
     if name then
