@@ -129,7 +129,11 @@ local function cset(name, v)
   C[name] = v
   Cdirty = true
 end
-local function cadd(name, d) cset(name, cget(name) + d) end
+local function cadd(name, d)
+  if not Cloaded then cload() end
+  C[name] = C[name] + d
+  Cdirty = true
+end
 -- Written only when they changed (C._raw: as read).
 local function cflush()
   if not Cdirty then return end
@@ -169,7 +173,7 @@ local function settings()
       ck = SDIGEST or SRAW
       local ok, t = pcall(cjson.decode, SRAW)
       if not ok then fail('CORRUPT', KCFG .. '[settings]: not JSON') end
-      SC = {s = t, kinds = {}, named = {}}
+      SC = {s = t, kinds = {}, named = {}, bypk = {}}
       Scache[ck] = SC
     end
     S = SC.s
@@ -217,7 +221,12 @@ local function params_of(name, kind)
   if p then return p end
   local pk = Pkey[name]
   if pk and pk ~= 'N' then
-    p = kind_params('\0' .. pk)
+    -- By the kind digit (kind_params's key is "\0" and the digit).
+    p = SC and SC.bypk[pk]
+    if not p then
+      p = kind_params('\0' .. pk)
+      SC.bypk[pk] = p
+    end
   else
     settings()
     p = SC.named[name]
@@ -554,38 +563,45 @@ end
 
 -- A scope state in "t": a byte saying which optional times are set (1 last sent, 2 ramp
 -- start, 4 quota start, 8 robots floor), 14 doubles, then the optional ones.
-local TFMT = '>Bdddddddddddddd'
+-- By `bits`: the doubles after the bits byte (decoding) and the whole record (encoding),
+-- each with one more double per optional time set; and the record's length.
+-- (One table of three: the main chunk is at Lua's 200 locals.)
+local TF = {dec = {}, enc = {}, len = {}, fmt = '>Bdddddddddddddd'}
+function TF.make(bits)
+  local k = bits % 2 + floor(bits / 2) % 2 + floor(bits / 4) % 2 + floor(bits / 8) % 2
+  local extra = string.rep('d', k)
+  TF.dec[bits] = '>dddddddddddddd' .. extra
+  TF.enc[bits] = TF.fmt .. extra
+  TF.len[bits] = 113 + 8 * k
+end
 local function tdecode(name, raw)
-  local ok, bits, bd, d, c, a, lv, na, hu, ba, wt, qc, sn, dn, tr, lu, pos = pcall(sunpack, TFMT, raw)
-  if not ok then fail('CORRUPT', KT .. '[' .. name .. ']: undecodable scope state') end
-  local s = {bd = bd, d = d, c = c, a = a, lv = lv, na = na, hu = hu, ba = ba, wt = wt,
-             qc = qc, sn = sn, dn = dn, tr = tr, lu = lu}
-  if bits > 0 then
-    local o = {}
-    ok, o[1], o[2], o[3], o[4] = pcall(sunpack, '>' .. string.rep('d', (bits % 2) + floor(bits / 2) % 2
-      + floor(bits / 4) % 2 + floor(bits / 8) % 2), raw, pos)
-    if not ok then fail('CORRUPT', KT .. '[' .. name .. ']: undecodable scope state') end
-    local i = 1
-    if bits % 2 == 1 then s.ls = o[i]; i = i + 1 end
-    if bits % 4 >= 2 then s.rs = o[i]; i = i + 1 end
-    if bits % 8 >= 4 then s.qs = o[i]; i = i + 1 end
-    if bits % 16 >= 8 then s.rf = o[i]; i = i + 1 end
-    pos = o[i]
-  end
-  if pos ~= #raw + 1 or bits > 15 then
+  local bits = sbyte(raw, 1)
+  local len = TF.len
+  if bits and bits <= 15 and not len[bits] then TF.make(bits) end
+  if not bits or bits > 15 or #raw ~= len[bits] then
     fail('CORRUPT', KT .. '[' .. name .. ']: undecodable scope state')
   end
+  local bd, d, c, a, lv, na, hu, ba, wt, qc, sn, dn, tr, lu, o1, o2, o3, o4 =
+    sunpack(TF.dec[bits], raw, 2)
+  local s = {bd = bd, d = d, c = c, a = a, lv = lv, na = na, hu = hu, ba = ba, wt = wt,
+             qc = qc, sn = sn, dn = dn, tr = tr, lu = lu}
+  -- The optional times, in order, each taking the next value.
+  if bits % 2 == 1 then s.ls, o1, o2, o3 = o1, o2, o3, o4 end
+  if bits % 4 >= 2 then s.rs, o1, o2 = o1, o2, o3 end
+  if bits % 8 >= 4 then s.qs, o1 = o1, o2 end
+  if bits >= 8 then s.rf = o1 end
   return s
 end
 local function tencode(s)
   local bits = (s.ls and 1 or 0) + (s.rs and 2 or 0) + (s.qs and 4 or 0) + (s.rf and 8 or 0)
-  local out = spack(TFMT, bits, s.bd, s.d, s.c, s.a, s.lv, s.na, s.hu, s.ba, s.wt, s.qc, s.sn,
-                    s.dn, s.tr, s.lu)
-  if s.ls then out = out .. spack('>d', s.ls) end
-  if s.rs then out = out .. spack('>d', s.rs) end
-  if s.qs then out = out .. spack('>d', s.qs) end
-  if s.rf then out = out .. spack('>d', s.rf) end
-  return out
+  if not TF.len[bits] then TF.make(bits) end
+  -- The optional times that are set, in order, moved to the front.
+  local x1, x2, x3, x4 = s.ls, s.rs, s.qs, s.rf
+  if not x3 then x3, x4 = x4, nil end
+  if not x2 then x2, x3, x4 = x3, x4, nil end
+  if not x1 then x1, x2, x3, x4 = x2, x3, x4, nil end
+  return spack(TF.enc[bits], bits, s.bd, s.d, s.c, s.a, s.lv, s.na, s.hu, s.ba, s.wt, s.qc,
+               s.sn, s.dn, s.tr, s.lu, x1, x2, x3, x4)
 end
 
 -- The state of `name`, created if needed, brought up to `now`, marked used.
@@ -665,20 +681,34 @@ local function resolve_all(uses, now)
   return list
 end
 
--- try_acquire_hinted: returns permit {names..., counted} or nil, why.
+-- try_acquire_hinted: returns true and whether the send is counted (the permit holds the
+-- uses' scopes, or none when not throttled), or nil and why.
 local function try_acquire(uses, dont_throttle, now)
   now = tclamp(now)
-  if dont_throttle then return {s = {}, counted = false} end
+  if dont_throttle then return true, false end
+  if #uses == 1 then
+    -- One scope (the common case): resolve_all, gate_all and the sends below, without
+    -- their lists.
+    local name = uses[1][1]
+    local a = norm_amount(uses[1][2])
+    tresolve(name, now)
+    if cget('inf') >= settings().concurrent_requests then return nil, 'blocked' end
+    local st, p = Tcache[name], params_of(name)
+    local g = gate(st, p, a, now)
+    if g == 'full' then return nil, 'blocked' end
+    if g ~= 'open' then return nil, g end
+    record_send(st, p, a, now)
+    cadd('inf', 1)
+    return true, true
+  end
   local list = resolve_all(uses, now)
   local why = gate_all(list, now)
   if why then return nil, why end
-  local names = {}
   for _, x in ipairs(list) do
     record_send(Tcache[x[1]], params_of(x[1]), x[2], now)
-    names[#names + 1] = x[1]
   end
   cadd('inf', 1)
-  return {s = names, counted = true}
+  return true, true
 end
 
 local function tcheck(uses, now)
@@ -708,10 +738,18 @@ local function load_of_names(names)
   end
   return best
 end
+-- load_of_names of the uses' names (without their list).
 local function tload(uses)
-  local names = {}
-  for i, u in ipairs(uses) do names[i] = u[1] end
-  return load_of_names(names)
+  local best = 0
+  for _, u in ipairs(uses) do
+    local st = tfind(u[1])
+    if st then
+      local l = 0
+      if st.c ~= 0 then l = st.a / st.c end
+      if l > best then best = l end
+    end
+  end
+  return best
 end
 
 -- release_and_load: frees the permit's slots and feeds the outcome to backoff.
@@ -767,6 +805,7 @@ end
 function cos.card(key)
   local n = CARD[key]
   if not n then
+    cos.qflush(key)
     n = call('ZCARD', key)
     CARD[key] = n
   end
@@ -776,6 +815,37 @@ function cos.zadd1(key, score, m)
   local a = call('ZADD', key, score, m)
   local n = CARD[key]
   if n then CARD[key] = n + a end
+end
+-- A push's queue additions wait until the end of the call, or until their key is read:
+-- one ZADD per queue key instead of one per request. X.qpend (set by push only): key ->
+-- flat score/member list, and the keys in the order first met. Every member is new (its
+-- sequence number is), so each adds one to the key's size.
+function cos.qadd(key, score, m)
+  local pend = X.qpend
+  if not pend then return cos.zadd1(key, score, m) end
+  local t = pend[key]
+  if not t then
+    t = {}
+    pend[key] = t
+    pend[#pend + 1] = key
+  end
+  t[#t + 1] = score
+  t[#t + 1] = m
+  local n = CARD[key]
+  if n then CARD[key] = n + 1 end
+end
+function cos.qflush(key)
+  local pend = X.qpend
+  local t = pend and pend[key]
+  if not t then return end
+  pend[key] = nil
+  for i = 1, #t, 2000 do call('ZADD', key, unpack(t, i, math.min(i + 1999, #t))) end
+end
+function cos.qflush_all()
+  local pend = X.qpend
+  if not pend then return end
+  for _, key in ipairs(pend) do cos.qflush(key) end
+  X.qpend = nil
 end
 function cos.zrem1(key, m)
   local a = call('ZREM', key, m)
@@ -935,7 +1005,8 @@ local function nbucket_of(h)
   if b < cget('hS') then b = h % (m * 2) end
   local k = NBK[b]
   if not k then
-    k = P .. 'N:' .. b
+    -- (string.format's %d: Lua's own number to string conversion is a %.14g printf.)
+    k = string.format('%sN:%d', P, b)
     NBK[b] = k
   end
   return k
@@ -970,30 +1041,40 @@ local function tier_len(t)
   return 5
 end
 local function rbad(name) fail('CORRUPT', nbucket(name) .. '[' .. name .. ']: undecodable record') end
+-- RFMT.len: the lengths of its formats (a field is decoded only when the record holds all
+-- its bytes, so struct.unpack cannot fail); RFMT.out: rencode's pieces, one table for
+-- every call (only its first `n` entries are used). In RFMT: the main chunk is at Lua's
+-- 200 locals.
+RFMT.len = {[0] = 10, 7, 9, 6}
+RFMT.out = {}
 local function rdecode(name, raw)
   local parts = sbyte(raw, 1)
   if not parts or parts > 31 then rbad(name) end
-  local r = {stored = true}
   local pos = 2
-  local ok
+  local len = #raw
+  local g, s
   if parts % 2 == 1 then
+    local short = floor(parts / 8)
+    if len < RFMT.len[short] + 1 then rbad(name) end
     local gid, n, st, gf
-    ok, gid, n, st, gf, pos = pcall(sunpack, RFMT[floor(parts / 8)], raw, pos)
-    if not ok or not GST[st] then rbad(name) end
-    local g = {gid = gid, n = n, dl = 0, a = 0, ls = 0, st = GST[st], ld = 0,
-               sh = gf % 2 == 1, own = gf % 4 >= 2}
+    gid, n, st, gf, pos = sunpack(RFMT[short], raw, pos)
+    st = GST[st]
+    if not st then rbad(name) end
+    local dl, a, ls, ld = 0, 0, 0, 0
     if gf % 128 >= 64 then
-      ok, g.dl, g.a, pos = pcall(sunpack, '>I4I4', raw, pos)
-      if not ok then rbad(name) end
+      if len < pos + 7 then rbad(name) end
+      dl, a, pos = sunpack('>I4I4', raw, pos)
     end
     if gf >= 128 then
-      ok, g.ls, pos = pcall(sunpack, '>I5', raw, pos)
-      if not ok then rbad(name) end
+      if len < pos + 4 then rbad(name) end
+      ls, pos = sunpack('>I5', raw, pos)
     end
     if gf % 32 >= 16 then
-      ok, g.ld, pos = pcall(sunpack, '>d', raw, pos)
-      if not ok then rbad(name) end
+      if len < pos + 7 then rbad(name) end
+      ld, pos = sunpack('>d', raw, pos)
     end
+    g = {gid = gid, n = n, dl = dl, a = a, ls = ls, st = st, ld = ld, sh = gf % 2 == 1,
+         own = gf % 4 >= 2}
     if gf % 16 >= 8 then
       local b = sbyte(raw, pos)
       local tl = (b == 0 or b == 255) and 10 or 5
@@ -1018,39 +1099,38 @@ local function rdecode(name, raw)
       if #g.pk ~= npk then rbad(name) end
       pos = pos + 1 + npk
     end
-    r.g = g
   end
   if parts % 4 >= 2 then
     local sf = sbyte(raw, pos)
     if not sf then rbad(name) end
     pos = pos + 1
-    local s = {rf = 1, sh = sf % 2 == 1}
+    local rf, tm, ow = 1, nil, nil
     if sf % 32 >= 16 then
-      ok, s.rf, pos = pcall(sunpack, '>I4', raw, pos)
-      if not ok then rbad(name) end
+      if len < pos + 3 then rbad(name) end
+      rf, pos = sunpack('>I4', raw, pos)
     end
     if sf % 4 >= 2 then
-      ok, s.tm, pos = pcall(sunpack, '>d', raw, pos)
-      if not ok then rbad(name) end
+      if len < pos + 7 then rbad(name) end
+      tm, pos = sunpack('>d', raw, pos)
     end
-    if sf % 8 >= 4 then s.ow = name end
+    if sf % 8 >= 4 then ow = name end
     if sf % 16 >= 8 then
-      local len
-      ok, len, pos = pcall(sunpack, '>H', raw, pos)
-      if not ok then rbad(name) end
-      s.ow = ssub(raw, pos, pos + len - 1)
-      if #s.ow ~= len then rbad(name) end
-      pos = pos + len
+      if len < pos + 1 then rbad(name) end
+      local n
+      n, pos = sunpack('>H', raw, pos)
+      ow = ssub(raw, pos, pos + n - 1)
+      if #ow ~= n then rbad(name) end
+      pos = pos + n
     end
-    r.s = s
+    s = {rf = rf, sh = sf % 2 == 1, tm = tm, ow = ow}
   end
-  if pos ~= #raw + 1 then rbad(name) end
-  return r
+  if pos ~= len + 1 then rbad(name) end
+  return {stored = true, g = g, s = s}
 end
 local function rencode(name, r)
   local g, s = r.g, r.s
   local parts = (g and 1 or 0) + (s and 2 or 0)
-  local out = {''}
+  local out, n = RFMT.out, 1
   if g then
     local short = (g.pk == '1' and 4 or 0) + (g.n < 256 and 8 or 0) + (g.gid < 16777216 and 16 or 0)
     parts = parts + short
@@ -1058,29 +1138,29 @@ local function rencode(name, r)
     local gf = (g.sh and 1 or 0) + (g.own and 2 or 0) + (g.wb and 4 or 0)
       + (g.tier and 8 or 0) + (g.ld ~= 0 and 16 or 0) + (g.ps and 32 or 0)
       + (counts and 64 or 0) + (g.ls ~= 0 and 128 or 0)
-    out[2] = spack(RFMT[floor(short / 8)], g.gid, g.n, GST[g.st], gf)
-    if counts then out[#out + 1] = spack('>I4I4', g.dl, g.a) end
-    if g.ls ~= 0 then out[#out + 1] = spack('>I5', g.ls) end
-    if g.ld ~= 0 then out[#out + 1] = spack('>d', g.ld) end
-    if g.tier then out[#out + 1] = g.tier end
-    if g.ps then out[#out + 1] = schar(g.ps) end
-    if g.wb then out[#out + 1] = schar(g.wb) end
+    n = n + 1; out[n] = spack(RFMT[floor(short / 8)], g.gid, g.n, GST[g.st], gf)
+    if counts then n = n + 1; out[n] = spack('>I4I4', g.dl, g.a) end
+    if g.ls ~= 0 then n = n + 1; out[n] = spack('>I5', g.ls) end
+    if g.ld ~= 0 then n = n + 1; out[n] = spack('>d', g.ld) end
+    if g.tier then n = n + 1; out[n] = g.tier end
+    if g.ps then n = n + 1; out[n] = schar(g.ps) end
+    if g.wb then n = n + 1; out[n] = schar(g.wb) end
     if g.pk ~= '1' then
-      out[#out + 1] = schar(#g.pk)
-      out[#out + 1] = g.pk
+      n = n + 1; out[n] = schar(#g.pk)
+      n = n + 1; out[n] = g.pk
     end
   end
   if s then
     local named = s.ow ~= nil and s.ow ~= name
     local sf = (s.sh and 1 or 0) + (s.tm and 2 or 0) + (s.ow == name and 4 or 0)
       + (named and 8 or 0) + (s.rf ~= 1 and 16 or 0)
-    out[#out + 1] = schar(sf)
-    if s.rf ~= 1 then out[#out + 1] = spack('>I4', s.rf) end
-    if s.tm then out[#out + 1] = spack('>d', s.tm) end
-    if named then out[#out + 1] = spack('>H', #s.ow) .. s.ow end
+    n = n + 1; out[n] = schar(sf)
+    if s.rf ~= 1 then n = n + 1; out[n] = spack('>I4', s.rf) end
+    if s.tm then n = n + 1; out[n] = spack('>d', s.tm) end
+    if named then n = n + 1; out[n] = spack('>H', #s.ow) .. s.ow end
   end
   out[1] = schar(parts)
-  return table.concat(out)
+  return table.concat(out, '', 1, n)
 end
 local function rec(name)
   local r = R[name]
@@ -1172,10 +1252,13 @@ local function rflush()
     if r and (r.g or r.s) then
       local raw = rencode(name, r)
       if raw ~= r._raw or not r.stored then
-        put[b] = put[b] or {}
         local t = put[b]
-        t[#t + 1] = name
-        t[#t + 1] = raw
+        if t then
+          t[#t + 1] = name
+          t[#t + 1] = raw
+        else
+          put[b] = {name, raw}
+        end
         r._raw = raw
       end
       if not r.stored then
@@ -1214,12 +1297,12 @@ local SEQ_SPAN = 1099511627776           -- 2^40: sequence numbers and LIFO orde
 local U = {}     -- group key -> {{name, amount}...}, this call
 -- Parses a group key: names sorted, joined by "\n", "\t" and the amount when not 1.
 local function parse_group_key(key)
-  local uses = {}
-  if key == '' then return uses end
-  if not string.find(key, '[\n\t]') then
-    uses[1] = {key, 1}
-    return uses
+  if key == '' then return {} end
+  if not string.find(key, '\n', 1, true) and not string.find(key, '\t', 1, true) then
+    -- Built whole (am16: rank_member's slot, false until known), so it never grows.
+    return {{key, 1}, am16 = false}
   end
+  local uses = {}
   for part in string.gmatch(key .. '\n', '([^\n]*)\n') do
     local name, amount = string.match(part, '^([^\t]+)\t(.+)$')
     if name then
@@ -1248,7 +1331,8 @@ end
 -- The group part of `key`'s record (which must exist); remembers its scopes' parameter
 -- keys.
 local function G(key)
-  local r = rec(key)
+  local r = R[key]
+  if r == nil then r = rec(key) end
   local g = r and r.g
   if not g then fail('CORRUPT', 'group ' .. key .. ' has no record') end
   if not g.seen then
@@ -1278,18 +1362,27 @@ local function oenc(v)
   if v < 0 then return '\0' .. spack('>I5', v + 8589934592) end
   return '\255' .. spack('>I5', v + 8589934592)
 end
--- Order-preserving variable-length unsigned integers below 2^48: a length byte (1-6) and
--- that many big-endian bytes; with `desc`, the length byte is 255 - length and the bytes
--- are complemented, which reverses the order (LIFO sequence keys).
+-- Order-preserving variable-length unsigned integers below 2^48 ("venc"): a length byte
+-- (1-6) and that many big-endian bytes; descending, the length byte is 255 - length and
+-- the bytes are complemented, which reverses the order (LIFO sequence keys). Written by
+-- the whole-member formats below, read by vdec.
 local IFMT = {'>I1', '>I2', '>I3', '>I4', '>I5', '>I6'}
-local function venc(x, desc)
-  local len = 1
-  if x >= 256 then
-    len = 2
-    while x >= 256 ^ len do len = len + 1 end
-  end
-  if desc then return schar(255 - len) .. spack(IFMT[len], 256 ^ len - 1 - x) end
-  return schar(len) .. spack(IFMT[len], x)
+-- The number of bytes after the length byte for `x`.
+function IFMT.len(x)
+  if x < 256 then return 1 end
+  local len = 2
+  while x >= 256 ^ len do len = len + 1 end
+  return len
+end
+-- Whole members in one struct.pack each, by that length (c0: a whole string): a rank
+-- member (order value, load and amount, last served, group number, group key), a listing
+-- (tier, last served, group number, group key) and a queued member (order value,
+-- sequence key, body). The same bytes as the pieces joined.
+IFMT.rank, IFMT.list, IFMT.mem = {}, {}, {}
+for len = 1, 6 do
+  IFMT.rank[len] = '>c0HHBI' .. len .. 'I4c0'
+  IFMT.list[len] = '>c0BI' .. len .. 'I4c0'
+  IFMT.mem[len] = '>c0BI' .. len .. 'c0'
 end
 -- The number at `pos` and the position after it.
 local function vdec(m, pos, desc, what)
@@ -1303,8 +1396,14 @@ local function vdec(m, pos, desc, what)
   if desc then x = 256 ^ len - 1 - x end
   return x, pos + 1 + len
 end
-local function order_prefix(priority, class, seq)
-  return oenc(-2 * priority + class) .. venc(seq, lifo(class))
+-- A queued member: the order value and sequence key of (priority, class, seq), then `body`.
+local function order_member(priority, class, seq, body)
+  local len = IFMT.len(seq)
+  if lifo(class) then
+    return spack(IFMT.mem[len], oenc(-2 * priority + class), 255 - len, 256 ^ len - 1 - seq,
+                 body)
+  end
+  return spack(IFMT.mem[len], oenc(-2 * priority + class), len, seq, body)
 end
 -- A queued member's order value and where its sequence key starts.
 local function member_order(m)
@@ -1331,7 +1430,11 @@ local SLOT = {[0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', '10', '11'
 local function qloc(g)
   local k = g.qk
   if not k then
-    if g.own then k = P .. 'q:' .. g.gid else k = P .. 'Q:' .. floor(g.gid / 16) end
+    if g.own then
+      k = string.format('%sq:%d', P, g.gid)
+    else
+      k = string.format('%sQ:%d', P, floor(g.gid / 16))
+    end
     g.qk = k
   end
   if g.own then return k, '0' end
@@ -1339,6 +1442,7 @@ local function qloc(g)
 end
 local function q_head(g)
   local k, slot = qloc(g)
+  cos.qflush(k)
   if g.own then return call('ZRANGE', k, '0', '0')[1] end
   return call('ZRANGE', k, slot, slot, 'BYSCORE', 'LIMIT', '0', '1')[1]
 end
@@ -1346,6 +1450,7 @@ local function q_add(g, member)
   local k, slot = qloc(g)
   if not g.own and cos.card(k) >= QBUCKET_MAX then
     -- The shared bucket is full: this group's requests move to a key of their own.
+    cos.qflush(k)
     local mine = call('ZRANGE', k, slot, slot, 'BYSCORE')
     if #mine > 0 then
       call('ZREMRANGEBYSCORE', k, slot, slot)
@@ -1356,7 +1461,7 @@ local function q_add(g, member)
     g.qk = nil
     k, slot = qloc(g)
   end
-  cos.zadd1(k, slot, member)
+  cos.qadd(k, slot, member)
 end
 -- The order value of a group's head, or nil: a listed group's tier starts with it.
 local function head_v(key)
@@ -1391,11 +1496,14 @@ local function rank_member(key, head)
   local u = uses_of(key)
   local amount16 = u.am16
   if not amount16 then
-    amount16 = f32_top16(amount_of(key))
+    local a = amount_of(key)
+    -- 1.0 as an f32 is 0x3F800000.
+    if a == 1 then amount16 = 16256 else amount16 = f32_top16(a) end
     u.am16 = amount16
   end
-  return oenc(v) .. spack('>HH', scaled, 65535 - amount16) .. venc(g.ls) .. spack('>I4', g.gid)
-    .. key
+  local ls = g.ls
+  local len = IFMT.len(ls)
+  return spack(IFMT.rank[len], oenc(v), scaled, 65535 - amount16, len, ls, g.gid, key)
 end
 -- The tier of a rank member (or of a record's listing).
 local function tier_of(m) return ssub(m, 1, tier_len(m)) end
@@ -1405,7 +1513,11 @@ local function member_key(m)
   return ssub(m, at + 4)
 end
 -- The member a group is listed under (its tier is kept; the rest follows).
-local function listing(key, g) return g.tier .. venc(g.ls) .. spack('>I4', g.gid) .. key end
+local function listing(key, g)
+  local ls = g.ls
+  local len = IFMT.len(ls)
+  return spack(IFMT.list[len], g.tier, len, ls, g.gid, key)
+end
 local function pkey(name) return P .. 'k:' .. name end
 
 local function unlist(key)
@@ -1622,7 +1734,7 @@ end
 -- insert: `body` is flags(1) .. payload; `not_before` nil or a time.
 local function insert(key, seq, body, priority, start, not_before, now)
   local class = class_of(start)
-  local member = order_prefix(priority, class, seq) .. body
+  local member = order_member(priority, class, seq, body)
   if not_before and not_before > now then
     local g = G(key)
     g.dl = g.dl + 1
@@ -1746,6 +1858,7 @@ local function take_head(key)
   local g = G(key)
   -- The head and the one after it (the next head) in one read.
   local k, slot = qloc(g)
+  cos.qflush(k)
   local two
   if g.own then
     two = call('ZRANGE', k, '0', '1')
@@ -1779,7 +1892,10 @@ local function collect(key)
   if not g or g.n > 0 or g.dl > 0 or g.a > 0 or g.st ~= 'I' then return end
   G(key)
   unlist(key)
-  if g.own then call('DEL', P .. 'q:' .. g.gid) end
+  if g.own then
+    cos.qflush(P .. 'q:' .. g.gid)
+    call('DEL', P .. 'q:' .. g.gid)
+  end
   call('RPUSH', P .. 'gfree', g.gid)
   X.gfree0 = nil
   r.g = nil
@@ -1873,8 +1989,8 @@ local function next_event_time()
   return -1
 end
 
--- Scheduler::poll. Returns {'ready', key, member, permit, priority, class} or
--- {'peek', key} or {'until', t} or {'blocked'} or {'empty'}.
+-- Scheduler::poll. Returns 'ready', key, member, counted, priority, class; or 'peek', key;
+-- or 'until', t; or 'blocked'; or 'empty' (values, not a table: one table less per lease).
 -- `again`: another poll at the same instant in the same call, whose events were handled.
 local function sched_poll(now, reserve, again)
   if not again then handle_events(now) end
@@ -1882,7 +1998,7 @@ local function sched_poll(now, reserve, again)
     local key
     if cget('inf') >= settings().concurrent_requests then
       key = unthrottled_candidate()
-      if not key then return {'blocked'} end
+      if not key then return 'blocked' end
     else
       key = pop_candidate()
       if not key then break end
@@ -1890,30 +2006,32 @@ local function sched_poll(now, reserve, again)
     local g = G(key)
     local uses = uses_of(key)
     local unthrottled = #uses == 0
-    local permit, why
+    local acquired, why
     if reserve then
-      permit, why = try_acquire(uses, unthrottled, now)
+      acquired, why = try_acquire(uses, unthrottled, now)
     elseif not unthrottled then
       why = tcheck(uses, now)
     end
-    if reserve and permit then
-      g.ld = load_of_names(permit.s)
+    if reserve and acquired then
+      -- The permit's load: its scopes are the uses' (none when not throttled).
+      local counted = why
+      g.ld = tload(uses)
       local woken = g.wb
       g.wb = nil
       rmark(key)
       local m, priority, class = take_head(key)
       if woken then rearm(uses[woken][1], now) end
-      return {'ready', key, m, permit, priority, class}
+      return 'ready', key, m, counted, priority, class
     elseif not reserve and not why then
       make_candidate(key, g.wb)
-      return {'peek', key}
+      return 'peek', key
     elseif why == 'blocked' then
       local i = blocking_scope(key, now)
       if i then
         park_after_attempt(key, i, now)
       else
         make_candidate(key, g.wb)
-        return {'blocked'}
+        return 'blocked'
       end
     else
       local i = binding_scope(key, why, now)
@@ -1921,10 +2039,10 @@ local function sched_poll(now, reserve, again)
       arm(uses[i][1], why)
     end
   end
-  if cget('queued') == 0 and cget('delayed') == 0 then return {'empty'} end
+  if cget('queued') == 0 and cget('delayed') == 0 then return 'empty' end
   local t = next_event_time()
-  if t >= 0 then return {'until', t} end
-  return {'blocked'}
+  if t >= 0 then return 'until', t end
+  return 'blocked'
 end
 
 -- ------------------------------------------------------------------ frontier
@@ -1947,9 +2065,9 @@ local function stat(name, d) call('HINCRBY', KST, name, d) end
 -- expiry, the group key's length, the group key, then the request's body (flags byte and
 -- payload).
 local LFMT = '>i4BBdH'
-local function lease_pack(rec)
-  local bits = (rec.sr and 1 or 0) + (rec.dt and 2 or 0) + (rec.counted and 4 or 0)
-  return spack(LFMT, rec.pr, bits, rec.k, rec.x, #rec.g) .. rec.g .. rec.b
+local function lease_pack(pr, sr, dt, counted, k, x, g, b)
+  local bits = (sr and 1 or 0) + (dt and 2 or 0) + (counted and 4 or 0)
+  return spack(LFMT, pr, bits, k, x, #g) .. g .. b
 end
 local function lease_load(seq)
   local raw = call('HGET', KL, seq)
@@ -2214,12 +2332,13 @@ OPS.push = function(args)
     if not dup[r] then
       local key = F[8 * r - 7]
       names[#names + 1] = key
-      if string.find(key, '[\n\t]') then
+      if string.find(key, '\n', 1, true) or string.find(key, '\t', 1, true) then
         for _, u in ipairs(uses_of(key)) do names[#names + 1] = u[1] end
       end
     end
   end
   rec_prefetch(names)
+  X.qpend = {}
   local out = {}
   local filtered = 0
   for r = 1, n do
@@ -2242,6 +2361,7 @@ OPS.push = function(args)
       out[r] = seq
     end
   end
+  cos.qflush_all()
   dedup_mark()
   if filtered > 0 then stat('filtered', filtered) end
   flush_all()
@@ -2273,26 +2393,31 @@ OPS.poll = function(args)
   end
   evict_idle(tclamp(NOW), 2)
   local out = {0}
-  local last = {'more'}
+  local last, last_t = 'more', nil
   local exp = NOW + lease_ns
+  -- The expiry and the sequence numbers go to Redis as %d text: the same digits Redis
+  -- writes for an integer below 2^53, without its %.17g printf for each number.
+  local exps = exp
+  if exp > 0 and exp < 9007199254740992 and exp == floor(exp) then
+    exps = string.format('%d', exp)
+  end
   local lrec, lexp = {}, {}
   while out[1] < max do
-    local r = sched_poll(NOW, true, out[1] > 0)
-    if r[1] ~= 'ready' then
-      last = r
+    local kind, key, m, counted, priority = sched_poll(NOW, true, out[1] > 0)
+    if kind ~= 'ready' then
+      last, last_t = kind, key
       break
     end
-    local key, m, permit = r[2], r[3], r[4]
     local _, _, seq, body = member_parts(m)
     local flags = sbyte(body, 1)
     local start = flags % 2 == 1
     local dt = floor(flags / 2) % 2 == 1
     local k = floor(flags / 4)
-    lrec[#lrec + 1] = seq
-    lrec[#lrec + 1] = lease_pack({g = key, counted = permit.counted, pr = r[5], sr = start,
-                                  dt = dt, b = body, x = exp, k = k})
-    lexp[#lexp + 1] = exp
-    lexp[#lexp + 1] = seq
+    local sseq = string.format('%d', seq)
+    lrec[#lrec + 1] = sseq
+    lrec[#lrec + 1] = lease_pack(priority, start, dt, counted, k, exp, key, body)
+    lexp[#lexp + 1] = exps
+    lexp[#lexp + 1] = sseq
     cadd('deq', 1)
     cadd('leased', 1)
     out[1] = out[1] + 1
@@ -2305,8 +2430,8 @@ OPS.poll = function(args)
     for i = 1, #lexp, 2000 do call('ZADD', KLX, unpack(lexp, i, math.min(i + 1999, #lexp))) end
   end
   flush_all()
-  out[#out + 1] = last[1]
-  out[#out + 1] = num(last[2] or -1)
+  out[#out + 1] = last
+  out[#out + 1] = num(last_t or -1)
   out[#out + 1] = call('HLEN', KL)
   out[#out + 1] = num(NOW)
   if not first_exp then
@@ -2321,10 +2446,9 @@ end
 
 -- peek: what poll would hand out now, without leasing it: {seq, payload, key} or {}.
 OPS.peek = function(args)
-  local r = sched_poll(NOW, false)
+  local kind, key = sched_poll(NOW, false)
   local out = {}
-  if r[1] == 'peek' then
-    local key = r[2]
+  if kind == 'peek' then
     local m = q_head(G(key))
     if not m then fail('CORRUPT', 'group ' .. key .. ' counts requests but has none') end
     local _, _, seq, body = member_parts(m)
@@ -2383,7 +2507,8 @@ OPS.extend = function(args)
   local rec, seq = lease_of(args[1])
   if not rec then return 0 end
   rec.x = NOW + tonumber(args[2])
-  call('HSET', KL, seq, lease_pack(rec))
+  call('HSET', KL, seq,
+    lease_pack(rec.pr, rec.sr, rec.dt, rec.counted, rec.k, rec.x, rec.g, rec.b))
   call('ZADD', KLX, rec.x, seq)
   return 1
 end
