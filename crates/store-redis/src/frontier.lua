@@ -726,15 +726,18 @@ local function check_scope(name, amount, now)
   return g
 end
 
+-- A scope's load (in flight / concurrency; 0 unknown or unlimited). In TF: the main
+-- chunk is at Lua's 200 locals.
+function TF.load(name)
+  local st = tfind(name)
+  if st and st.c ~= 0 then return st.a / st.c end
+  return 0
+end
 local function load_of_names(names)
   local best = 0
   for _, n in ipairs(names) do
-    local st = tfind(n)
-    if st then
-      local l = 0
-      if st.c ~= 0 then l = st.a / st.c end
-      if l > best then best = l end
-    end
+    local l = TF.load(n)
+    if l > best then best = l end
   end
   return best
 end
@@ -742,12 +745,8 @@ end
 local function tload(uses)
   local best = 0
   for _, u in ipairs(uses) do
-    local st = tfind(u[1])
-    if st then
-      local l = 0
-      if st.c ~= 0 then l = st.a / st.c end
-      if l > best then best = l end
-    end
+    local l = TF.load(u[1])
+    if l > best then best = l end
   end
   return best
 end
