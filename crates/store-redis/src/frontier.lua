@@ -815,6 +815,17 @@ function cos.zadd1(key, score, m)
   local n = CARD[key]
   if n then CARD[key] = n + a end
 end
+-- The list of `k` in `by`, created empty if there is none (its key then appended to
+-- `order`, when given: the keys in the order first met).
+function cos.list_in(by, k, order)
+  local t = by[k]
+  if not t then
+    t = {}
+    by[k] = t
+    if order then order[#order + 1] = k end
+  end
+  return t
+end
 -- A push's queue additions wait until the end of the call, or until their key is read:
 -- one ZADD per queue key instead of one per request. X.qpend (set by push only): key ->
 -- flat score/member list, and the keys in the order first met. Every member is new (its
@@ -822,12 +833,7 @@ end
 function cos.qadd(key, score, m)
   local pend = X.qpend
   if not pend then return cos.zadd1(key, score, m) end
-  local t = pend[key]
-  if not t then
-    t = {}
-    pend[key] = t
-    pend[#pend + 1] = key
-  end
+  local t = cos.list_in(pend, key, pend)
   t[#t + 1] = score
   t[#t + 1] = m
   local n = CARD[key]
@@ -838,7 +844,7 @@ function cos.qflush(key)
   local t = pend and pend[key]
   if not t then return end
   pend[key] = nil
-  for i = 1, #t, 2000 do call('ZADD', key, unpack(t, i, math.min(i + 1999, #t))) end
+  call_many('ZADD', key, t, 2000)
 end
 function cos.qflush_all()
   local pend = X.qpend
@@ -862,9 +868,7 @@ end
 function cos.zadd_all(key, members)
   local args = {}
   for i, m in ipairs(members) do args[2 * i - 1] = '0'; args[2 * i] = m end
-  for i = 1, #args, 2000 do
-    call('ZADD', key, unpack(args, i, math.min(i + 1999, #args)))
-  end
+  call_many('ZADD', key, args, 2000)
   CARD[key] = nil
 end
 
@@ -1191,12 +1195,7 @@ local function rec_prefetch(names)
   for _, name in ipairs(names) do
     if R[name] == nil and not want[name] then
       want[name] = true
-      local b = nbucket(name)
-      local t = by[b]
-      if not t then
-        t = {}
-        by[b] = t
-      end
+      local t = cos.list_in(by, nbucket(name))
       t[#t + 1] = name
     end
   end
@@ -2176,13 +2175,7 @@ OPS.callback_name = function(args) return call('HGET', P .. 'cbi', args[1]) end
 function cos.bf_strings(ps)
   local byk, order = {}, {}
   for _, p in ipairs(ps) do
-    local k = floor(p / 1073741824)
-    local t = byk[k]
-    if not t then
-      t = {}
-      byk[k] = t
-      order[#order + 1] = k
-    end
+    local t = cos.list_in(byk, floor(p / 1073741824), order)
     t[#t + 1] = p
   end
   return order, byk
@@ -2426,7 +2419,7 @@ OPS.poll = function(args)
   end
   if #lrec > 0 then
     call_many('HSET', KL, lrec, 2000)
-    for i = 1, #lexp, 2000 do call('ZADD', KLX, unpack(lexp, i, math.min(i + 1999, #lexp))) end
+    call_many('ZADD', KLX, lexp, 2000)
   end
   flush_all()
   out[#out + 1] = last
