@@ -1234,7 +1234,7 @@ local function nsplit()
     end
     if #gone > 0 then
       call_many('HSET', dst, move, 2000)
-      for i = 1, #gone, 1000 do call('HDEL', src, unpack(gone, i, math.min(i + 999, #gone))) end
+      call_many('HDEL', src, gone, 1000)
     end
     sp = sp + 1
     if sp == m then L, sp = L + 1, 0 end
