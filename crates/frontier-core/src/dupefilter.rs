@@ -218,9 +218,25 @@ pub struct BloomFilter {
 }
 
 impl BloomFilter {
+    /// The most hash functions a filter uses (a sparse filter would otherwise get more).
+    pub const MAX_HASHES: u32 = 30;
+
     /// A filter with the optimal size and number of hashes for `capacity` items at a
     /// false-positive rate `p`.
     pub fn new(capacity: u64, p: f64) -> Result<Self, DupeFilterConfigError> {
+        let (m, k) = Self::shape(capacity, p)?;
+        Ok(BloomFilter {
+            bits: vec![0; m.div_ceil(64) as usize],
+            m,
+            k,
+            inserted: 0,
+        })
+    }
+
+    /// The size in bits and the number of hashes [`new`](Self::new) gives a filter for
+    /// `capacity` items at a false-positive rate `p`, without allocating it (for a filter
+    /// kept elsewhere that must match this one bit for bit, as store-redis's).
+    pub fn shape(capacity: u64, p: f64) -> Result<(u64, u32), DupeFilterConfigError> {
         if capacity == 0 {
             return Err(DupeFilterConfigError("bloom capacity must be at least 1"));
         }
@@ -238,13 +254,9 @@ impl BloomFilter {
             ));
         }
         let m = m as u64;
-        let k = ((m as f64 / capacity as f64) * ln2 + 0.5).clamp(1.0, 30.0) as u32;
-        Ok(BloomFilter {
-            bits: vec![0; m.div_ceil(64) as usize],
-            m,
-            k,
-            inserted: 0,
-        })
+        let k = ((m as f64 / capacity as f64) * ln2 + 0.5).clamp(1.0, f64::from(Self::MAX_HASHES))
+            as u32;
+        Ok((m, k))
     }
 
     /// Number of bits.

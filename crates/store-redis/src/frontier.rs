@@ -1203,27 +1203,16 @@ impl Dedup {
     }
 }
 
-/// The most hash functions [`bloom_shape`] gives a filter (frontier-core's cap too): a
-/// pushed fingerprint carries one 5-byte bit position per hash.
-const BLOOM_MAX_HASHES: u32 = 30;
+/// The most hash functions [`bloom_shape`] gives a filter: a pushed fingerprint carries
+/// one 5-byte bit position per hash.
+const BLOOM_MAX_HASHES: u32 = frontier_core::BloomFilter::MAX_HASHES;
 
 /// The size and number of hashes of frontier-core's Bloom filter for `capacity` URLs at
-/// false-positive rate `p` (same formula, same errors).
+/// false-positive rate `p` (its own sizing, so both filters match bit for bit).
 fn bloom_shape(capacity: u64, p: f64) -> Result<Dedup> {
-    let ln2 = std::f64::consts::LN_2;
-    let valid = capacity > 0 && p > 0.0 && p < 1.0;
-    let m = (-(capacity as f64) * p.ln() / (ln2 * ln2) + 0.999_999).max(64.0);
-    if !valid || m > (1u64 << 40) as f64 {
-        // Invalid: let frontier-core say why (it refuses before allocating anything).
-        return match frontier_core::BloomFilter::new(capacity, p) {
-            Err(e) => Err(FrontierError::DupeFilter(e)),
-            Ok(_) => unreachable!("refused above"),
-        };
-    }
-    let m = m as u64;
-    let k =
-        ((m as f64 / capacity as f64) * ln2 + 0.5).clamp(1.0, f64::from(BLOOM_MAX_HASHES)) as u32;
-    Ok(Dedup::Bloom { bits: m, hashes: k })
+    let (bits, hashes) =
+        frontier_core::BloomFilter::shape(capacity, p).map_err(FrontierError::DupeFilter)?;
+    Ok(Dedup::Bloom { bits, hashes })
 }
 
 /// The bit positions of a fingerprint (enhanced double hashing from its first 64 bits,
