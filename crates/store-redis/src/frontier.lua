@@ -2004,15 +2004,16 @@ local function sched_poll(now, reserve, again)
     local g = G(key)
     local uses = uses_of(key)
     local unthrottled = #uses == 0
-    local acquired, why
+    local acquired, why, counted
     if reserve then
+      -- try_acquire gives true and whether the send was counted, or nil and why not.
       acquired, why = try_acquire(uses, unthrottled, now)
+      if acquired then counted, why = why, nil end
     elseif not unthrottled then
       why = tcheck(uses, now)
     end
     if reserve and acquired then
       -- The permit's load: its scopes are the uses' (none when not throttled).
-      local counted = why
       g.ld = tload(uses)
       local woken = g.wb
       g.wb = nil
