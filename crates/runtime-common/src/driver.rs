@@ -141,8 +141,14 @@ where
     {
         let inner = self.inner.clone();
         let run = move || {
+            // The time is read once the frontier is ours: another call may hold it for a
+            // while (a store's fsync), and a poll that used the time from before that
+            // wait would record its send as earlier than it goes out, letting the
+            // scope's next request follow it without its delay.
+            let mut frontier = lock(&inner.frontier);
             let now = inner.clock.now();
-            let out = lock(&inner.frontier).as_mut().map(|f| op(f, now));
+            let out = frontier.as_mut().map(|f| op(f, now));
+            drop(frontier);
             if changes {
                 inner.changed.notify(usize::MAX);
             }

@@ -116,9 +116,11 @@ impl<R: Runtime> Throttle<R> {
         scopes: &[ScopeUse<'_>],
         flags: RequestFlags,
     ) -> ThrottlePermit<R> {
-        let now = self.inner.clock.now();
         let (ticket, mut why) = {
             let mut st = self.inner.state();
+            // Read once the throttler is ours, as everywhere: a send is recorded at the
+            // time it is allowed, not before a wait for the lock.
+            let now = self.inner.clock.now();
             match st.throttler.try_acquire_or_enqueue(scopes, flags, now) {
                 Ok(permit) => return self.permit(permit, flags),
                 Err((ticket, why)) => {
