@@ -26,7 +26,10 @@ pub enum Durability {
     EveryOp,
     /// Group commit: durable after `max_ops` operations or `max_delay`, whichever comes
     /// first, and on [`Store::flush`]. Operations in between may be lost by a crash;
-    /// at-least-once delivery still holds for what was durable.
+    /// at-least-once delivery still holds for what was durable. Lease marks go with the
+    /// next commit and never start one: a poll writes its mark after the request's send
+    /// was allowed, and an fsync there would send it later than its scope recorded.
+    /// Losing a mark loses no request (it is delivered again), only a redelivery count.
     Batched {
         /// Operations per commit.
         max_ops: u32,

@@ -97,9 +97,9 @@
 //!   file written by a newer schema are clear errors naming the path, never panics.
 //! - Sequence numbers only grow: a push or retry under a number below the store's
 //!   high-water mark is [`SqliteError::SeqNotIncreasing`] (the frontier never does it).
-//! - With [`Durability::Batched`], the delay bound is checked on each operation (there
-//!   is no background thread): an idle frontier should [`flush`](Store::flush) (the
-//!   runtime adapters do).
+//! - With [`Durability::Batched`], the delay bound is checked on each operation but
+//!   lease marks, which go with the next commit (there is no background thread): an
+//!   idle frontier should [`flush`](Store::flush) (the runtime adapters do).
 //! - Memory: besides SQLite's page cache (2 MiB; the file is read through a memory map
 //!   of up to 1 GiB, whose pages count as the process's file-backed memory), the store
 //!   keeps the sequence numbers of leases in flight and of acknowledged requests whose
@@ -501,9 +501,7 @@ impl SqliteStore {
         self.maybe_commit()
     }
 
-    /// Commits if the durability policy says so, without counting an operation: lease
-    /// marks, whose loss loses no request (only a redelivery count), so they do not
-    /// double the commits of a crawl that leases and acknowledges.
+    /// Commits if the durability policy says so.
     fn maybe_commit(&mut self) -> Result<(), SqliteError> {
         let commit = match self.durability {
             Durability::EveryOp => true,
@@ -1036,7 +1034,16 @@ impl Store for SqliteStore {
         if self.leased.insert(seq) {
             self.new_leases.push(seq);
         }
-        self.maybe_commit()
+        // A lease mark never starts a batched commit (as in store-fs): it goes with the
+        // next one, and its loss loses no request, only a redelivery count. It is written
+        // by a poll after the request's send was allowed at the poll's time, so a commit
+        // here (an fsync, at times seconds long) would send the request that much later
+        // than its scope recorded, and the scope's next request could follow it without
+        // its delay.
+        match self.durability {
+            Durability::EveryOp => self.commit(),
+            Durability::Batched { .. } | Durability::OnClose => Ok(()),
+        }
     }
 
     fn ack(&mut self, seq: u64, _: ()) -> Result<(), SqliteError> {

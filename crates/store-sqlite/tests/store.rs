@@ -547,3 +547,52 @@ mod with_group_index {
         ..super::Sqlite::new(frontier_core::Durability::default())
     });
 }
+
+/// A lease mark never starts a batched commit, even when the delay bound has passed: a
+/// poll writes it after the request's send was allowed, and an fsync there would send the
+/// request later than its scope recorded. It goes with the next commit.
+#[test]
+fn a_lease_mark_waits_for_the_next_commit() {
+    let (_dir, path) = temp_db();
+    let options = SqliteOptions {
+        durability: Durability::Batched {
+            max_ops: 1000,
+            max_delay: std::time::Duration::from_millis(1),
+        },
+        ..SqliteOptions::default()
+    };
+    let mut store = SqliteStore::open(&path, options).unwrap();
+    store.recover(&mut Replay::default()).unwrap();
+    let meta = EntryMeta {
+        group: "a.com",
+        priority: 0,
+        start: false,
+        not_before: None,
+    };
+    for seq in 0..2 {
+        store.push(seq, &meta, b"p", None).unwrap();
+    }
+    store.flush().unwrap();
+    assert!(
+        store.connection().is_autocommit(),
+        "flushed: no transaction open"
+    );
+    // An operation opens a batch, which is due for commit 1 ms later.
+    store.push(2, &meta, b"p", None).unwrap();
+    assert!(!store.connection().is_autocommit(), "a batch is open");
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    store.lease(0, &()).unwrap();
+    assert!(
+        !store.connection().is_autocommit(),
+        "the lease mark is written but not committed"
+    );
+    store.ack(1, ()).unwrap();
+    assert!(
+        store.connection().is_autocommit(),
+        "the next operation past the delay bound commits, the mark with it"
+    );
+    drop(store);
+    let r = replay(&mut open(&path).unwrap());
+    let leased: Vec<u64> = r.entries.iter().filter(|e| e.5).map(|e| e.0).collect();
+    assert_eq!(leased, [0], "the mark is kept");
+}
