@@ -110,12 +110,8 @@ async fn a_poll_behind_a_slow_call_keeps_the_scope_delay() {
         slow: Duration::from_millis(800),
     };
     let driver = DriverFor::new(frontier, clock);
-    for i in 0..3 {
-        driver
-            .push(Request::get(format!("http://a.test/{i}")))
-            .await
-            .unwrap();
-    }
+    let requests = (0..3).map(|i| Request::get(format!("http://a.test/{i}")));
+    driver.push_all(requests.collect()).await.unwrap();
     let first = driver.next().await.unwrap().unwrap();
     tokio::time::sleep(Duration::from_secs_f64(DELAY + 0.05)).await;
     // The completion holds the frontier for 0.8 s; a poll asks 50 ms into it, when the
