@@ -498,11 +498,6 @@ impl SqliteStore {
     /// Counts an operation and commits per the durability policy.
     fn done(&mut self) -> Result<(), SqliteError> {
         self.pending += 1;
-        self.maybe_commit()
-    }
-
-    /// Commits if the durability policy says so.
-    fn maybe_commit(&mut self) -> Result<(), SqliteError> {
         let commit = match self.durability {
             Durability::EveryOp => true,
             Durability::Batched { max_ops, max_delay } => {
