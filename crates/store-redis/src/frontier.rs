@@ -582,7 +582,8 @@ impl RedisFrontier {
                 })
                 .collect()
         };
-        let mut fp = [0u8; 1 + 5 * BLOOM_MAX_HASHES as usize];
+        // A pushed fingerprint carries one 5-byte bit position per hash.
+        let mut fp = [0u8; 1 + 5 * frontier_core::BloomFilter::MAX_HASHES as usize];
         let fp_len = if request.dont_filter || self.dedup == Dedup::Off {
             0
         } else {
@@ -1202,10 +1203,6 @@ impl Dedup {
         }
     }
 }
-
-/// The most hash functions [`bloom_shape`] gives a filter: a pushed fingerprint carries
-/// one 5-byte bit position per hash.
-const BLOOM_MAX_HASHES: u32 = frontier_core::BloomFilter::MAX_HASHES;
 
 /// The size and number of hashes of frontier-core's Bloom filter for `capacity` URLs at
 /// false-positive rate `p` (its own sizing, so both filters match bit for bit).
