@@ -733,19 +733,12 @@ function TF.load(name)
   if st and st.c ~= 0 then return st.a / st.c end
   return 0
 end
-local function load_of_names(names)
+-- The highest load among the scopes of `list`: scope names, or with `field`, the names
+-- at x[field] of its items (1 for the uses' {name, amount}).
+local function tload(list, field)
   local best = 0
-  for _, n in ipairs(names) do
-    local l = TF.load(n)
-    if l > best then best = l end
-  end
-  return best
-end
--- load_of_names of the uses' names (without their list).
-local function tload(uses)
-  local best = 0
-  for _, u in ipairs(uses) do
-    local l = TF.load(u[1])
+  for _, x in ipairs(list) do
+    local l = TF.load(field and x[field] or x)
     if l > best then best = l end
   end
   return best
@@ -766,7 +759,7 @@ local function release(permit, outcome, now)
     st.lu = now
   end
   if permit.counted then cadd('inf', -1) end
-  return load_of_names(permit.s)
+  return tload(permit.s)
 end
 
 -- ------------------------------------------------------------------ chunked ordered sets
@@ -1596,7 +1589,7 @@ local function best_parked(name)
       -- A group sharing a scope was ranked with the load it had when it parked: refresh
       -- it (lazily, at the top) so equal-priority groups tie-break on today's load.
       if not g.sh then return key end
-      g.ld = tload(uses_of(key))
+      g.ld = tload(uses_of(key), 1)
       rmark(key)
       local fresh = rank_member(key)
       if fresh == m then return key end
@@ -1799,7 +1792,7 @@ local function pop_candidate()
       g.tier = nil
       rmark(key)
       if g.sh then
-        g.ld = tload(uses_of(key))
+        g.ld = tload(uses_of(key), 1)
         local fresh = rank_member(key)
         if tier_of(fresh) ~= tier_of(m) then
           g.tier = tier_of(fresh)
@@ -2014,7 +2007,7 @@ local function sched_poll(now, reserve, again)
     end
     if reserve and acquired then
       -- The permit's load: its scopes are the uses' (none when not throttled).
-      g.ld = tload(uses)
+      g.ld = tload(uses, 1)
       local woken = g.wb
       g.wb = nil
       rmark(key)
