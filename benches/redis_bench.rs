@@ -44,7 +44,10 @@
 //! - `lease_floor`: the bare commands of one single-lease poll (the same commands on the
 //!   same kinds of keys, with no scheduling or throttling logic) in one function call:
 //!   `cmds_per_call`, `server_us_per_call`, `ops_s` one call after the other; and an
-//!   empty function (`empty_server_us_per_call`, `empty_ops_s`): the floor under `pop`.
+//!   empty function (`empty_server_us_per_call`, `empty_ops_s`): the floor under `pop`;
+//!   and the bare commands of a `poll_batch(64)` (`batch_cmds_per_lease`,
+//!   `batch_server_us_per_lease`, `batch_ops_s` in leases per second): the floor under
+//!   `pop_batch` for this layout of the crawl's keys.
 #![allow(clippy::print_stdout)]
 
 use std::time::Instant;
@@ -445,7 +448,7 @@ fn main() {
     let t0 = Instant::now();
     let mut popped = 0usize;
     loop {
-        let batch = f.poll_batch(now, 64).unwrap();
+        let batch = f.poll_batch(now, BATCH).unwrap();
         if batch.is_empty() {
             break;
         }
@@ -455,7 +458,7 @@ fn main() {
     let srv = Server::read(&mut c);
     assert_eq!(popped, n);
     println!(
-        "{{\"case\": \"pop_batch\", \"n\": {n}, \"batch\": 64, \"pop_batch_ops_s\": {:.1}, \"server_us_per_lease\": {:.1}, {}}}",
+        "{{\"case\": \"pop_batch\", \"n\": {n}, \"batch\": {BATCH}, \"pop_batch_ops_s\": {:.1}, \"server_us_per_lease\": {:.1}, {}}}",
         n as f64 / popb_s,
         srv.script_us / n as f64,
         srv.json(n as f64),
@@ -484,7 +487,7 @@ fn main() {
     // ------------------------------------------ several workers popping at once
     // Each worker has its own connection; Redis runs one script at a time, so this
     // measures the server's cost per lease once round trips overlap.
-    for (batch, label) in [(1usize, "pop_workers"), (64, "pop_batch_workers")] {
+    for (batch, label) in [(1usize, "pop_workers"), (BATCH, "pop_batch_workers")] {
         let f = refilled(&mut c, &url, "bench4", &reqs, now);
         drop(f);
         reset_stats(&mut c);
@@ -562,6 +565,45 @@ redis.register_function('bench_floor_lease', function(keys, a)
   call('HLEN', P .. 'L')
   return 1
 end)
+-- The commands of a `poll_batch` of `n` leases, with none of the logic: per lease those
+-- the script runs for each lease of a batch (a candidate popped from its leaf and one put
+-- back, the host's record and scope state, its queue bucket's head, the record lookup in
+-- the name buckets, the state written back), per batch the rest (settings, counters,
+-- expiries, events, the candidates' index, the lease records and expiries in one HSET
+-- and one ZADD). Every lease uses the same host, so its keys stay hot: a floor that
+-- errs low.
+redis.register_function('bench_floor_batch', function(keys, a)
+  local call = redis.call
+  local P = keys[1]
+  local host, nb, q, slot, n = a[1], a[2], a[3], a[4], tonumber(a[5])
+  call('HMGET', P .. 'cfg', 'layout', 'epoch_s', 'digest')
+  local c = call('GET', P .. 'c')
+  call('ZRANGE', P .. 'lx', '0', '0', 'WITHSCORES')
+  call('ZRANGE', P .. 'ti', '0', '0', 'WITHSCORES')
+  call('ZRANGE', P .. 'E', '0', '0')
+  local sep = call('ZRANGE', P .. 'C', '0', '0')[1]
+  local leaf = P .. 'C|' .. sep
+  local lrec, lexp = {}, {}
+  for i = 1, n do
+    local m = call('ZPOPMIN', leaf)[1]
+    local rec = call('HGET', nb, host)
+    local st = call('HGET', P .. 't', host)
+    call('ZRANGE', q, slot, slot, 'BYSCORE', 'LIMIT', '0', '2')
+    call('ZREM', q, 'not a member')
+    call('ZREVRANGEBYLEX', P .. 'C', '[' .. m, '-', 'LIMIT', '0', '1')
+    call('ZADD', leaf, '0', m)
+    call('HSET', P .. 't', host, st)
+    lrec[#lrec + 1] = tostring(i)
+    lrec[#lrec + 1] = rec
+    lexp[#lexp + 1] = '1'
+    lexp[#lexp + 1] = tostring(i)
+  end
+  call('HSET', P .. 'floor:L', unpack(lrec))
+  call('ZADD', P .. 'floor:lx', unpack(lexp))
+  call('SET', P .. 'c', c)
+  call('HLEN', P .. 'L')
+  return 1
+end)
 "#;
 
 /// `lease_floor`: [`FLOOR_LIBRARY`]'s bare commands of one lease (`cmds_per_call`,
@@ -615,10 +657,10 @@ fn lease_floor(c: &mut redis::Connection, url: &str, reqs: &[Request], now: Time
         .unwrap();
     let q = format!("{{floor}}:Q:{}", gid / 16);
     let slot = (gid % 16).to_string();
-    let mut run = |function: &str| {
+    let mut run = |function: &str, calls: usize, batch: usize| {
         reset_stats(c);
         let t0 = Instant::now();
-        for _ in 0..CALLS {
+        for _ in 0..calls {
             let _: redis::Value = redis::cmd("FCALL")
                 .arg(function)
                 .arg(1)
@@ -627,25 +669,36 @@ fn lease_floor(c: &mut redis::Connection, url: &str, reqs: &[Request], now: Time
                 .arg(&bucket)
                 .arg(&q)
                 .arg(&slot)
+                .arg(batch)
                 .query(c)
                 .unwrap();
         }
         let s = t0.elapsed().as_secs_f64();
-        (Server::read(c), CALLS as f64 / s)
+        (Server::read(c), calls as f64 / s)
     };
-    let (floor, floor_rate) = run("bench_floor_lease");
-    let (empty, empty_rate) = run("bench_floor_empty");
+    let (floor, floor_rate) = run("bench_floor_lease", CALLS, 1);
+    let (empty, empty_rate) = run("bench_floor_empty", CALLS, 1);
+    let (batch, batch_rate) = run("bench_floor_batch", CALLS / BATCH, BATCH);
     let calls = CALLS as f64;
+    let leases = ((CALLS / BATCH) * BATCH) as f64;
     println!(
-        "{{\"case\": \"lease_floor\", \"calls\": {CALLS}, \"cmds_per_call\": {:.1}, \"server_us_per_call\": {:.1}, \"cmd_us_per_call\": {:.1}, \"lua_us_per_call\": {:.1}, \"ops_s\": {floor_rate:.1}, \"empty_server_us_per_call\": {:.1}, \"empty_ops_s\": {empty_rate:.1}}}",
+        "{{\"case\": \"lease_floor\", \"calls\": {CALLS}, \"cmds_per_call\": {:.1}, \"server_us_per_call\": {:.1}, \"cmd_us_per_call\": {:.1}, \"lua_us_per_call\": {:.1}, \"ops_s\": {floor_rate:.1}, \"empty_server_us_per_call\": {:.1}, \"empty_ops_s\": {empty_rate:.1}, \"batch\": {BATCH}, \"batch_cmds_per_lease\": {:.2}, \"batch_server_us_per_lease\": {:.1}, \"batch_cmd_us_per_lease\": {:.1}, \"batch_lua_us_per_lease\": {:.1}, \"batch_ops_s\": {:.1}}}",
         floor.commands() / calls,
         floor.script_us / calls,
         floor.cmd_us / calls,
         floor.lua_us() / calls,
         empty.script_us / calls,
+        batch.commands() / leases,
+        batch.script_us / leases,
+        batch.cmd_us / leases,
+        batch.lua_us() / leases,
+        batch_rate * BATCH as f64,
     );
     drop(f);
 }
 
 /// Workers (threads, one connection each) in the concurrent pop cases.
 const WORKERS: usize = 4;
+
+/// Leases per call in the batched pop cases (`poll_batch`).
+const BATCH: usize = 64;
