@@ -6,7 +6,8 @@
 //! shape: the frontier keeps them, the caller reads each URL and drops the request).
 //! `PROFILE_PAUSE_MS=3000` sleeps between the phases, so `perf record -D 4000` sees only
 //! the polls; `valgrind --tool=callgrind --toggle-collect='*drain*'` counts only their
-//! instructions.
+//! instructions. `PROFILE_JSON=1` prints the rates as one JSON line (`bench-vs-peers`'s
+//! paired rounds read it).
 #![allow(clippy::print_stdout)]
 use frontier_core::{DupeFilterConfig, Frontier, FrontierConfig, Policy, Poll, VolatileStore};
 use throttle_core::{Outcome, Settings, Timestamp};
@@ -49,12 +50,22 @@ fn main() {
     let (k, url_bytes) = drain(&mut f, complete);
     let poll = t0.elapsed();
     std::hint::black_box(url_bytes);
-    println!(
-        "push {:.0}/s {} {:.0}/s ({k})",
-        n as f64 / push.as_secs_f64(),
-        if complete { "poll+complete" } else { "poll" },
-        n as f64 / poll.as_secs_f64()
-    );
+    let (push_rate, poll_rate) = (n as f64 / push.as_secs_f64(), k as f64 / poll.as_secs_f64());
+    if std::env::var_os("PROFILE_JSON").is_some() {
+        let metric = if complete {
+            "poll_complete_ops_s"
+        } else {
+            "poll_ops_s"
+        };
+        println!(
+            "{{\"case\": \"profile_poll\", \"n\": {n}, \"d\": {hosts}, \"push_ops_s\": {push_rate:.0}, \"{metric}\": {poll_rate:.0}}}"
+        );
+    } else {
+        println!(
+            "push {push_rate:.0}/s {} {poll_rate:.0}/s ({k})",
+            if complete { "poll+complete" } else { "poll" },
+        );
+    }
 }
 
 /// Polls until nothing is ready, reading each request's URL and completing its lease
