@@ -537,25 +537,41 @@ fn main() {
 /// call does the same work.
 const FLOOR_LIBRARY: &str = r#"#!lua name=bench_floor
 redis.register_function('bench_floor_empty', function(keys, args) return 1 end)
-redis.register_function('bench_floor_lease', function(keys, a)
+-- What a poll reads before its first lease: settings, counters, the earliest lease
+-- expiry, idle state and event, and the candidates' first leaf. Returns the counters
+-- and the leaf's key.
+local function poll_start(P)
   local call = redis.call
-  local P = keys[1]
-  local host, nb, q, slot = a[1], a[2], a[3], a[4]
   call('HMGET', P .. 'cfg', 'layout', 'epoch_s', 'digest')
   local c = call('GET', P .. 'c')
   call('ZRANGE', P .. 'lx', '0', '0', 'WITHSCORES')
   call('ZRANGE', P .. 'ti', '0', '0', 'WITHSCORES')
   call('ZRANGE', P .. 'E', '0', '0')
   local sep = call('ZRANGE', P .. 'C', '0', '0')[1]
-  local leaf = P .. 'C|' .. sep
+  return c, P .. 'C|' .. sep
+end
+-- What a poll runs for each lease: the best candidate taken from its leaf (and put
+-- back: every call does the same work), the host's record and scope state, its queue
+-- bucket's head (the ZREM misses), the record's place in the name buckets. Returns the
+-- record and the state.
+local function lease_reads(P, leaf, host, nb, q, slot)
+  local call = redis.call
   local m = call('ZPOPMIN', leaf)[1]
-  call('ZCARD', leaf)
   local rec = call('HGET', nb, host)
   local st = call('HGET', P .. 't', host)
   call('ZRANGE', q, slot, slot, 'BYSCORE', 'LIMIT', '0', '2')
   call('ZREM', q, 'not a member')
   call('ZREVRANGEBYLEX', P .. 'C', '[' .. m, '-', 'LIMIT', '0', '1')
   call('ZADD', leaf, '0', m)
+  return rec, st
+end
+redis.register_function('bench_floor_lease', function(keys, a)
+  local P = keys[1]
+  local host, nb, q, slot = a[1], a[2], a[3], a[4]
+  local call = redis.call
+  local c, leaf = poll_start(P)
+  local rec, st = lease_reads(P, leaf, host, nb, q, slot)
+  call('ZCARD', leaf)
   call('ZCARD', leaf)
   call('HSET', P .. 'floor:L', '1', rec)
   call('ZADD', P .. 'floor:lx', '1', '1')
@@ -573,25 +589,13 @@ end)
 -- and one ZADD). Every lease uses the same host, so its keys stay hot: a floor that
 -- errs low.
 redis.register_function('bench_floor_batch', function(keys, a)
-  local call = redis.call
   local P = keys[1]
   local host, nb, q, slot, n = a[1], a[2], a[3], a[4], tonumber(a[5])
-  call('HMGET', P .. 'cfg', 'layout', 'epoch_s', 'digest')
-  local c = call('GET', P .. 'c')
-  call('ZRANGE', P .. 'lx', '0', '0', 'WITHSCORES')
-  call('ZRANGE', P .. 'ti', '0', '0', 'WITHSCORES')
-  call('ZRANGE', P .. 'E', '0', '0')
-  local sep = call('ZRANGE', P .. 'C', '0', '0')[1]
-  local leaf = P .. 'C|' .. sep
+  local call = redis.call
+  local c, leaf = poll_start(P)
   local lrec, lexp = {}, {}
   for i = 1, n do
-    local m = call('ZPOPMIN', leaf)[1]
-    local rec = call('HGET', nb, host)
-    local st = call('HGET', P .. 't', host)
-    call('ZRANGE', q, slot, slot, 'BYSCORE', 'LIMIT', '0', '2')
-    call('ZREM', q, 'not a member')
-    call('ZREVRANGEBYLEX', P .. 'C', '[' .. m, '-', 'LIMIT', '0', '1')
-    call('ZADD', leaf, '0', m)
+    local rec, st = lease_reads(P, leaf, host, nb, q, slot)
     call('HSET', P .. 't', host, st)
     lrec[#lrec + 1] = tostring(i)
     lrec[#lrec + 1] = rec
