@@ -1,6 +1,7 @@
 """The peers' benchmark results for `bench-vs-peers`: the JSON lines their scripts in
 ../shared/peers write (`kind` = env | sample | summary | error)."""
 import json
+import statistics
 import sys
 
 
@@ -23,3 +24,11 @@ def figure(table, case, metric):
         return table[(case, metric)]
     except KeyError:
         sys.exit(f"peer figure missing: {case} {metric}")
+
+
+def ratio_cell(ratios):
+    """A table cell for the ratios of paired rounds: their median in bold, and their
+    range when there was more than one round."""
+    ratios = sorted(ratios)
+    spread = f" ({ratios[0]:,.1f}-{ratios[-1]:,.1f}×)" if len(ratios) > 1 else ""
+    return f"**{statistics.median(ratios):,.1f}×**{spread}"
