@@ -2,23 +2,36 @@
 //!
 //! async-lock's mutex is only eventually fair (a task that unlocks and locks again can
 //! overtake the waiters), so the driver queues its callers here: a lock that is handed
-//! straight to the longest waiter on release.
+//! straight to the longest waiter on release. Taking a free turn and passing one nobody
+//! waits for are one atomic operation each; the queue and its mutex are for waiters.
 
 use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
+
+/// [`Turn::word`]: nobody holds the turn.
+const FREE: u8 = 0;
+/// Somebody holds it.
+const HELD: u8 = 1;
+/// Added to [`HELD`] (only with the queue's mutex held) when somebody may be queued:
+/// passing the turn then takes the slow path, through the queue.
+const QUEUED: u8 = 2;
 
 /// A first come, first served async lock without data.
 #[derive(Debug, Default)]
 pub(crate) struct Turn {
+    /// [`FREE`], [`HELD`] or `HELD | QUEUED`. It goes from `FREE` to `HELD` (taking)
+    /// and back (passing to nobody) without the mutex; every other change is made
+    /// with the mutex held.
+    word: AtomicU8,
     state: Mutex<TurnState>,
 }
 
 #[derive(Debug, Default)]
 struct TurnState {
-    held: bool,
     /// Waiters in arrival order.
     queue: VecDeque<(u64, Waker)>,
     /// The waiter the turn was handed to, until it notices.
@@ -29,6 +42,13 @@ struct TurnState {
 impl Turn {
     fn state(&self) -> MutexGuard<'_, TurnState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes the turn if it is free.
+    fn try_take(&self) -> bool {
+        self.word
+            .compare_exchange(FREE, HELD, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
     }
 
     /// Waits for the turn; it passes on when the guard is dropped.
@@ -42,15 +62,25 @@ impl Turn {
 
     /// Hands the turn to the longest waiter, or frees it.
     fn pass(&self) {
+        if self
+            .word
+            .compare_exchange(HELD, FREE, Ordering::Release, Ordering::Relaxed)
+            .is_ok()
+        {
+            return;
+        }
         let next = {
             let mut st = self.state();
             match st.queue.pop_front() {
                 Some((id, waker)) => {
                     st.granted = Some(id);
+                    if st.queue.is_empty() {
+                        self.word.store(HELD, Ordering::Release);
+                    }
                     Some(waker)
                 }
                 None => {
-                    st.held = false;
+                    self.word.store(FREE, Ordering::Release);
                     None
                 }
             }
@@ -74,16 +104,39 @@ impl<'a> Future for TakeTurn<'a> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<TurnGuard<'a>> {
         let this = &mut *self;
         assert!(!this.done, "TakeTurn polled after completion");
-        let mut st = this.turn.state();
+        let turn = this.turn;
+        if this.queued.is_none() && turn.try_take() {
+            this.done = true;
+            return Poll::Ready(TurnGuard { turn });
+        }
+        let mut st = turn.state();
         match this.queued {
-            None if !st.held => st.held = true,
-            None => {
-                let id = st.next_id;
-                st.next_id += 1;
-                st.queue.push_back((id, cx.waker().clone()));
-                this.queued = Some(id);
-                return Poll::Pending;
-            }
+            None => loop {
+                // Mark the turn as having waiters, unless it was just passed to nobody.
+                match turn.word.load(Ordering::Acquire) {
+                    FREE if turn.try_take() => break,
+                    FREE => {}
+                    word => {
+                        if word & QUEUED != 0
+                            || turn
+                                .word
+                                .compare_exchange(
+                                    word,
+                                    word | QUEUED,
+                                    Ordering::AcqRel,
+                                    Ordering::Acquire,
+                                )
+                                .is_ok()
+                        {
+                            let id = st.next_id;
+                            st.next_id += 1;
+                            st.queue.push_back((id, cx.waker().clone()));
+                            this.queued = Some(id);
+                            return Poll::Pending;
+                        }
+                    }
+                }
+            },
             Some(id) if st.granted == Some(id) => st.granted = None,
             Some(id) => {
                 if let Some((_, w)) = st.queue.iter_mut().find(|(i, _)| *i == id) {
@@ -94,7 +147,7 @@ impl<'a> Future for TakeTurn<'a> {
         }
         this.done = true;
         this.queued = None;
-        Poll::Ready(TurnGuard { turn: this.turn })
+        Poll::Ready(TurnGuard { turn })
     }
 }
 
@@ -168,5 +221,38 @@ mod tests {
         drop(second); // ...which leaves before noticing: `third` gets it
         let _third = future::block_on(third);
         assert!(future::block_on(future::poll_once(turn.lock())).is_none());
+    }
+
+    #[test]
+    fn one_holder_at_a_time_across_threads_and_nobody_is_left_waiting() {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, AtomicUsize};
+
+        let turn = Arc::new(Turn::default());
+        let inside = Arc::new(AtomicBool::new(false));
+        let done = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let (turn, inside, done) = (turn.clone(), inside.clone(), done.clone());
+                std::thread::spawn(move || {
+                    for i in 0..20_000 {
+                        let _t = future::block_on(turn.lock());
+                        assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                        if i % 64 == 0 {
+                            std::thread::yield_now();
+                        }
+                        inside.store(false, Ordering::SeqCst);
+                        done.fetch_add(1, Ordering::Relaxed);
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(done.load(Ordering::Relaxed), 80_000);
+        // Free again, through the fast path.
+        assert_eq!(turn.word.load(Ordering::SeqCst), FREE);
+        assert!(future::block_on(future::poll_once(turn.lock())).is_some());
     }
 }
