@@ -3,6 +3,8 @@
 
 use frontier_core::Request;
 
+pub mod drive;
+
 /// `n` distinct host names shaped like the peers' URLs (`host{i}.example{i % 100}.com`).
 pub fn host_names(n: usize) -> Vec<String> {
     (0..n)

@@ -263,30 +263,21 @@ where
     /// One poll for [`next`](Self::next): its answer, or until when to wait (at the
     /// latest) for a change.
     async fn look(&self) -> Look<B::StoreError> {
-        let polled = self
-            .blocking(|f, now| {
-                let poll = f.poll(now);
-                // What to wait for, needed only when nothing is ready.
-                let (in_flight, timeout) = match &poll {
-                    Ok(Poll::Ready(_)) | Err(_) => (0, None),
-                    Ok(_) => (f.in_flight(), f.poll_timeout()),
-                };
-                (poll, in_flight, timeout)
+        let look = self
+            .blocking(|f, now| match f.poll(now) {
+                Err(e) => Look::Done(Some(Err(e.into()))),
+                Ok(Poll::Ready(lease)) => Look::Done(Some(Ok(lease))),
+                Ok(Poll::Empty) if f.in_flight() == 0 => Look::Done(None),
+                Ok(Poll::NotUntil(t)) => Look::Wait(Some(t)),
+                // A completion here notifies; work freed elsewhere (a shared frontier)
+                // is found by looking again at the frontier's next wake-up.
+                Ok(Poll::Blocked | Poll::Empty) => Look::Wait(f.poll_timeout()),
             })
             .await;
-        let (poll, in_flight, timeout) = match polled {
-            Ok(p) => p,
-            Err(DriverError::Closed) => return Look::Done(None),
-            Err(e) => return Look::Done(Some(Err(e))),
-        };
-        match poll {
-            Err(e) => Look::Done(Some(Err(e.into()))),
-            Ok(Poll::Ready(lease)) => Look::Done(Some(Ok(lease))),
-            Ok(Poll::Empty) if in_flight == 0 => Look::Done(None),
-            Ok(Poll::NotUntil(t)) => Look::Wait(Some(t)),
-            // A completion here notifies; work freed elsewhere (a shared frontier) is
-            // found by looking again at the frontier's next wake-up.
-            Ok(Poll::Blocked | Poll::Empty) => Look::Wait(timeout),
+        match look {
+            Ok(look) => look,
+            Err(DriverError::Closed) => Look::Done(None),
+            Err(e) => Look::Done(Some(Err(e))),
         }
     }
 

@@ -51,6 +51,26 @@ impl Turn {
             .is_ok()
     }
 
+    /// With the mutex held: takes the turn if it was just passed to nobody (`true`), or
+    /// marks it as having waiters, so that passing it goes through the queue.
+    fn take_or_mark_queued(&self) -> bool {
+        loop {
+            let word = self.word.load(Ordering::Acquire);
+            if word == FREE {
+                if self.try_take() {
+                    return true;
+                }
+            } else if word & QUEUED != 0
+                || self
+                    .word
+                    .compare_exchange(word, word | QUEUED, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            {
+                return false;
+            }
+        }
+    }
+
     /// Waits for the turn; it passes on when the guard is dropped.
     pub(crate) fn lock(&self) -> TakeTurn<'_> {
         TakeTurn {
@@ -111,32 +131,14 @@ impl<'a> Future for TakeTurn<'a> {
         }
         let mut st = turn.state();
         match this.queued {
-            None => loop {
-                // Mark the turn as having waiters, unless it was just passed to nobody.
-                match turn.word.load(Ordering::Acquire) {
-                    FREE if turn.try_take() => break,
-                    FREE => {}
-                    word => {
-                        if word & QUEUED != 0
-                            || turn
-                                .word
-                                .compare_exchange(
-                                    word,
-                                    word | QUEUED,
-                                    Ordering::AcqRel,
-                                    Ordering::Acquire,
-                                )
-                                .is_ok()
-                        {
-                            let id = st.next_id;
-                            st.next_id += 1;
-                            st.queue.push_back((id, cx.waker().clone()));
-                            this.queued = Some(id);
-                            return Poll::Pending;
-                        }
-                    }
-                }
-            },
+            None if turn.take_or_mark_queued() => {}
+            None => {
+                let id = st.next_id;
+                st.next_id += 1;
+                st.queue.push_back((id, cx.waker().clone()));
+                this.queued = Some(id);
+                return Poll::Pending;
+            }
             Some(id) if st.granted == Some(id) => st.granted = None,
             Some(id) => {
                 if let Some((_, w)) = st.queue.iter_mut().find(|(i, _)| *i == id) {
