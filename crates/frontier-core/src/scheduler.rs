@@ -243,8 +243,119 @@ struct Tiers {
     spare: Vec<TierQueue>,
 }
 
-/// One tier's groups in serving order: (last served, group, epoch of the entry).
-type TierQueue = VecDeque<(u64, u32, u32)>;
+/// A tier's entry: (last served, group, epoch of the entry). Entries are served in
+/// (last served, group) order; the epoch tells a live entry from a stale one.
+type TierEntry = (u64, u32, u32);
+
+/// One tier's groups in serving order.
+///
+/// A served group is the most recently served, so it joins at the back: those entries
+/// form a run in order, a plain FIFO. A group that joins out of order (one never served,
+/// or one re-ranked into this tier while others were served since) goes into an ordered
+/// set beside the run, and the front is the lesser of the two fronts; once the set is
+/// at least as large as the run, the next pop merges it into the run. So a join or a pop
+/// costs O(1) in the steady state and O(log n) amortized at worst, where inserting into
+/// the run at its place moved O(n) entries: pushes at many hosts with mixed priorities
+/// (each raising a group into a higher tier) took quadratic time.
+#[derive(Default)]
+struct TierQueue {
+    run: VecDeque<TierEntry>,
+    late: BTreeSet<TierEntry>,
+}
+
+/// The serving order of an entry (its epoch left out).
+fn serve_key(e: &TierEntry) -> (u64, u32) {
+    (e.0, e.1)
+}
+
+impl TierQueue {
+    fn is_empty(&self) -> bool {
+        self.run.is_empty() && self.late.is_empty()
+    }
+
+    fn push(&mut self, entry: TierEntry) {
+        match self.run.back() {
+            Some(back) if serve_key(back) > serve_key(&entry) => {
+                self.late.insert(entry);
+            }
+            _ => self.run.push_back(entry),
+        }
+    }
+
+    #[inline]
+    fn pop_front(&mut self) -> Option<TierEntry> {
+        if !self.late.is_empty() {
+            if self.late.len() >= self.run.len() {
+                self.merge();
+            } else if let (Some(l), Some(r)) = (self.late.first(), self.run.front())
+                && serve_key(l) < serve_key(r)
+            {
+                // (Ties go to the run.)
+                return self.late.pop_first();
+            }
+        }
+        self.run.pop_front()
+    }
+
+    /// Moves the ordered set's entries into the run, in order. It costs O(run + set)
+    /// and is done only once the set is at least as large as the run, so each entry's
+    /// one move pays for it, and the polls after it take the run's fast path.
+    #[inline(never)]
+    fn merge(&mut self) {
+        let late = core::mem::take(&mut self.late);
+        if self.run.is_empty() {
+            self.run.extend(late);
+            return;
+        }
+        let mut merged = VecDeque::with_capacity(self.run.len() + late.len());
+        let mut run = core::mem::take(&mut self.run).into_iter().peekable();
+        let mut late = late.into_iter().peekable();
+        while let (Some(r), Some(l)) = (run.peek(), late.peek()) {
+            let e = if serve_key(l) < serve_key(r) {
+                late.next()
+            } else {
+                run.next()
+            };
+            merged.extend(e);
+        }
+        merged.extend(run);
+        merged.extend(late);
+        self.run = merged;
+    }
+
+    /// The entry `n` places behind the front.
+    #[inline]
+    fn get(&self, n: usize) -> Option<TierEntry> {
+        if self.late.is_empty() {
+            self.run.get(n).copied()
+        } else {
+            self.get_merged(n)
+        }
+    }
+
+    /// [`get`](Self::get) with entries in the ordered set.
+    #[inline(never)]
+    fn get_merged(&self, n: usize) -> Option<TierEntry> {
+        if self.run.is_empty() {
+            return self.late.iter().nth(n).copied();
+        }
+        let (mut run, mut late) = (self.run.iter().peekable(), self.late.iter().peekable());
+        let mut left = n;
+        loop {
+            let take_late = match (late.peek(), run.peek()) {
+                (Some(l), Some(r)) => serve_key(l) < serve_key(r),
+                (Some(_), None) => true,
+                (None, Some(_)) => false,
+                (None, None) => return None,
+            };
+            let e = if take_late { late.next() } else { run.next() };
+            if left == 0 {
+                return e.copied();
+            }
+            left -= 1;
+        }
+    }
+}
 
 impl Tiers {
     fn push(&mut self, rank: Rank, last_served: u64, epoch: u32) {
@@ -267,20 +378,15 @@ impl Tiers {
                 &mut best.insert((tier, queue)).1
             }
         };
-        match queue.back() {
-            Some(&(ls, g, _)) if (ls, g) > (entry.0, entry.1) => {
-                let at = queue.partition_point(|&(ls, g, _)| (ls, g) < (entry.0, entry.1));
-                queue.insert(at, entry);
-            }
-            _ => queue.push_back(entry),
-        }
+        queue.push(entry);
     }
 
     /// The group `n` places behind the best entry of the best tier (`n = 0`: the next
     /// one [`pop`](Self::pop) returns, if still a candidate by then).
+    #[inline]
     fn upcoming(&self, n: usize) -> Option<u32> {
         let (_, queue) = self.best.as_ref()?;
-        queue.get(n).map(|&(_, group, _)| group)
+        queue.get(n).map(|(_, group, _)| group)
     }
 
     /// The best entry: (tier, group, epoch).
@@ -1070,5 +1176,67 @@ impl<H> Scheduler<H> {
                 self.free_scopes.push(s);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec::Vec;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// A tier queue serves like a list sorted by (last served, group), whatever
+        /// order its entries join in, and `get(n)` shows the entry n places behind the
+        /// front.
+        #[test]
+        fn a_tier_queue_serves_like_a_sorted_list(
+            ops in prop::collection::vec(
+                prop_oneof![
+                    3 => (0u64..40, 0u32..20).prop_map(Some),
+                    2 => Just(None),
+                ],
+                1..300,
+            ),
+        ) {
+            let mut queue = TierQueue::default();
+            let mut model: Vec<(u64, u32)> = Vec::new();
+            // The queue's entries keep their serving order apart from their epoch, so an
+            // epoch per join keeps every entry distinct, as the scheduler's are.
+            for (epoch, op) in ops.into_iter().enumerate() {
+                match op {
+                    Some((ls, g)) => {
+                        queue.push((ls, g, epoch as u32));
+                        let at = model.partition_point(|&e| e <= (ls, g));
+                        model.insert(at, (ls, g));
+                    }
+                    None => {
+                        let got = queue.pop_front().map(|e| serve_key(&e));
+                        let want = (!model.is_empty()).then(|| model.remove(0));
+                        prop_assert_eq!(got, want);
+                    }
+                }
+                for n in 0..4 {
+                    prop_assert_eq!(queue.get(n).map(|e| serve_key(&e)), model.get(n).copied());
+                }
+                prop_assert_eq!(queue.is_empty(), model.is_empty());
+            }
+        }
+    }
+
+    /// Groups joining a tier in descending order (each one ahead of all the others)
+    /// go into the ordered set, not into the run at its front.
+    #[test]
+    fn groups_joining_out_of_order_leave_the_run_alone() {
+        let mut queue = TierQueue::default();
+        for g in (0..1000u32).rev() {
+            queue.push((0, g, 0));
+        }
+        assert_eq!(queue.run.len(), 1);
+        assert_eq!(queue.late.len(), 999);
+        let served: Vec<u32> = core::iter::from_fn(|| queue.pop_front())
+            .map(|e| e.1)
+            .collect();
+        assert_eq!(served, (0..1000).collect::<Vec<_>>());
     }
 }
