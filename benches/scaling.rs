@@ -1,10 +1,12 @@
 //! Scaling curves: how the cost of a push and of a poll + complete grows with the number
-//! of queued requests (1,000 to 1,000,000, over min(N, 10,000) hosts) and with the number
-//! of scopes (10 to 100,000, 1,000,000 requests).
+//! of queued requests (1,000 to 1,000,000, over min(N, 10,000) hosts), with the number
+//! of scopes (10 to 100,000, 1,000,000 requests), and with the queue of one host where
+//! every tenth request carries a per-request delay (10,000 to 1,000,000 queued: the
+//! delayed ones rejoin the host's queue behind newer ones, which once cost O(n) each).
 //!
 //!     cargo run --release -p workspace-benches --bin scaling [-- --quick]
 //!
-//! Prints one JSON object per point: `axis` (`queued` or `scopes`), `queued`, `scopes`,
+//! Prints one JSON object per point: `axis` (`queued`, `scopes` or `delayed`), `queued`, `scopes`,
 //! `push_ns`, `poll_complete_ns` (median of 5 runs, nanoseconds per request, building the
 //! requests excluded). In-memory frontier, duplicate filter on, throttling on for every
 //! poll (unlimited concurrency, no delay, so nothing waits), the peers' URL shapes.
@@ -12,7 +14,7 @@
 
 use std::time::Instant;
 
-use frontier_core::{Frontier, Poll};
+use frontier_core::{Frontier, Poll, Request};
 use throttle_core::{Outcome, Settings, Timestamp};
 use workspace_benches::peer_requests;
 
@@ -47,13 +49,48 @@ fn point(n: usize, scopes: usize) -> (f64, f64) {
     (push, poll)
 }
 
+/// [`point`] for `n` requests to one host, every tenth delayed by 1 s, polled at 2 s
+/// (when every delay is over, so nothing waits).
+fn delayed_point(n: usize) -> (f64, f64) {
+    let reqs: Vec<Request> = (0..n)
+        .map(|i| {
+            let r = Request::get(format!("https://one.example.com/item/{i}"));
+            if i % 10 == 0 { r.delay(1.0) } else { r }
+        })
+        .collect();
+    let mut f = Frontier::in_memory(settings(), Timestamp::ZERO).expect("valid settings");
+    let t0 = Instant::now();
+    for r in &reqs {
+        f.push(r, Timestamp::ZERO).expect("a valid request");
+    }
+    let push = t0.elapsed().as_nanos() as f64 / n as f64;
+    let (ok, now) = (Outcome::status(200), Timestamp::from_secs(2));
+    let t0 = Instant::now();
+    let mut done = 0;
+    while let Poll::Ready(lease) = f.poll(now).expect("in-memory poll") {
+        f.complete(lease.id(), &ok, now).expect("a live lease");
+        done += 1;
+    }
+    let poll = t0.elapsed().as_nanos() as f64 / n as f64;
+    assert_eq!(done, n, "every request handed out once");
+    (push, poll)
+}
+
 fn median(mut xs: Vec<f64>) -> f64 {
     xs.sort_by(f64::total_cmp);
     xs[xs.len() / 2]
 }
 
 fn measure(axis: &str, n: usize, scopes: usize, runs: usize) {
-    let points: Vec<(f64, f64)> = (0..runs).map(|_| point(n, scopes)).collect();
+    let points: Vec<(f64, f64)> = (0..runs)
+        .map(|_| {
+            if axis == "delayed" {
+                delayed_point(n)
+            } else {
+                point(n, scopes)
+            }
+        })
+        .collect();
     let push = median(points.iter().map(|p| p.0).collect());
     let poll = median(points.iter().map(|p| p.1).collect());
     println!(
@@ -72,5 +109,10 @@ fn main() {
     }
     for scopes in [10, 100, 1_000, 10_000, 100_000] {
         measure("scopes", top, scopes, runs);
+    }
+    let mut n = 10_000;
+    while n <= top {
+        measure("delayed", n, 1, runs);
+        n *= 10;
     }
 }

@@ -8,6 +8,7 @@
 //! (a group with that many distinct priorities) they move to a B-tree, so pushes and
 //! polls stay O(log n) however many priorities a group holds.
 
+use alloc::boxed::Box;
 use alloc::collections::{BTreeMap, VecDeque};
 use alloc::vec::Vec;
 use core::cmp::Reverse;
@@ -25,7 +26,169 @@ pub(crate) struct Entry<H> {
 /// Queues beyond which the waiting queues move from a sorted vector to a B-tree.
 const SORTED_MAX: usize = 64;
 
-type Queue<H> = VecDeque<Entry<H>>;
+/// One key's entries in sequence order.
+///
+/// Entries nearly always come in sequence order (a push takes the next number), so they
+/// go to the back of a run. One that comes late (a delayed request whose time has come
+/// after newer ones were queued, a lease redelivered on reopen) goes into an ordered map
+/// beside the run, and a take takes the better of the two ends; once the map is as large
+/// as the run, a take merges it in. So a push or a take costs O(1) in the steady state
+/// and O(log n) amortized at worst, where inserting a late entry into the run at its
+/// place moved O(n) entries (a host with a large queue and some delayed requests took
+/// quadratic time).
+#[derive(Debug)]
+struct Queue<H> {
+    run: VecDeque<Entry<H>>,
+    /// Never empty when present (a pointer when absent: queues are many).
+    #[allow(
+        clippy::box_collection,
+        reason = "one pointer in the queue, not three words"
+    )]
+    late: Option<Box<BTreeMap<u64, Entry<H>>>>,
+}
+
+impl<H> Default for Queue<H> {
+    fn default() -> Self {
+        Queue {
+            run: VecDeque::new(),
+            late: None,
+        }
+    }
+}
+
+impl<H> Queue<H> {
+    #[inline]
+    fn is_empty(&self) -> bool {
+        self.run.is_empty() && self.late.is_none()
+    }
+
+    #[inline]
+    fn len(&self) -> usize {
+        self.run.len() + self.late.as_ref().map_or(0, |l| l.len())
+    }
+
+    #[inline]
+    fn push(&mut self, entry: Entry<H>) {
+        match self.run.back() {
+            Some(last) if last.seq > entry.seq => self.push_late(entry),
+            _ => self.run.push_back(entry),
+        }
+    }
+
+    #[inline(never)]
+    fn push_late(&mut self, entry: Entry<H>) {
+        let late = self.late.get_or_insert_default();
+        if let Some(twin) = late.insert(entry.seq, entry) {
+            // Sequence numbers are unique; should one come twice, both stay.
+            let at = self.run.partition_point(|e| e.seq < twin.seq);
+            self.run.insert(at, twin);
+        }
+    }
+
+    /// Whether the next entry (the first, or with `lifo` the last) is the map's.
+    #[inline]
+    fn next_is_late(&self, lifo: bool) -> bool {
+        let Some(late) = &self.late else {
+            return false;
+        };
+        let run = if lifo {
+            self.run.back()
+        } else {
+            self.run.front()
+        };
+        let late = if lifo {
+            late.last_key_value()
+        } else {
+            late.first_key_value()
+        };
+        match (run, late) {
+            (Some(r), Some((&l, _))) => (l > r.seq) == lifo,
+            (None, _) => true,
+            (Some(_), None) => false,
+        }
+    }
+
+    #[inline]
+    fn peek(&self, lifo: bool) -> Option<&Entry<H>> {
+        if self.next_is_late(lifo) {
+            let late = self.late.as_ref()?;
+            if lifo {
+                late.values().next_back()
+            } else {
+                late.values().next()
+            }
+        } else if lifo {
+            self.run.back()
+        } else {
+            self.run.front()
+        }
+    }
+
+    #[inline]
+    fn take(&mut self, lifo: bool) -> Option<Entry<H>> {
+        if self.late.is_some() {
+            return self.take_late(lifo);
+        }
+        if lifo {
+            self.run.pop_back()
+        } else {
+            self.run.pop_front()
+        }
+    }
+
+    /// [`take`](Self::take) with entries in the map.
+    #[inline(never)]
+    fn take_late(&mut self, lifo: bool) -> Option<Entry<H>> {
+        if let Some(late) = &self.late
+            && late.len() >= self.run.len()
+        {
+            self.merge();
+        }
+        if self.next_is_late(lifo) {
+            let late = self.late.as_mut()?;
+            let e = if lifo {
+                late.pop_last()
+            } else {
+                late.pop_first()
+            };
+            if late.is_empty() {
+                self.late = None;
+            }
+            e.map(|(_, e)| e)
+        } else if lifo {
+            self.run.pop_back()
+        } else {
+            self.run.pop_front()
+        }
+    }
+
+    /// Moves the map's entries into the run, in order: O(run + map), done only once the
+    /// map is at least as large as the run, so each entry's one move pays for it.
+    fn merge(&mut self) {
+        let Some(late) = self.late.take() else {
+            return;
+        };
+        let late = late.into_values();
+        if self.run.is_empty() {
+            self.run.extend(late);
+            return;
+        }
+        let mut merged = VecDeque::with_capacity(self.run.len() + late.len());
+        let mut run = core::mem::take(&mut self.run).into_iter().peekable();
+        let mut late = late.peekable();
+        while let (Some(r), Some(l)) = (run.peek(), late.peek()) {
+            let e = if l.seq < r.seq {
+                late.next()
+            } else {
+                run.next()
+            };
+            merged.extend(e);
+        }
+        merged.extend(run);
+        merged.extend(late);
+        self.run = merged;
+    }
+}
 
 /// The queues after the best one.
 #[derive(Debug)]
@@ -50,7 +213,7 @@ impl<H> Rest<H> {
                 let at = match v.binary_search_by(|(k, _)| key.cmp(k)) {
                     Ok(at) => at,
                     Err(at) => {
-                        v.insert(at, (key, VecDeque::new()));
+                        v.insert(at, (key, Queue::default()));
                         at
                     }
                 };
@@ -113,29 +276,25 @@ impl<H> Buckets<H> {
                 if let Some((k, q)) = head.take() {
                     self.rest.insert(k, q);
                 }
-                &mut head.insert((key, VecDeque::new())).1
+                &mut head.insert((key, Queue::default())).1
             }
         };
-        match queue.back() {
-            Some(last) if last.seq > entry.seq => {
-                let at = queue.partition_point(|e| e.seq < entry.seq);
-                queue.insert(at, entry);
-            }
-            _ => queue.push_back(entry),
-        }
+        queue.push(entry);
     }
 
     /// The entry [`take`](Self::take) would return.
+    #[inline]
     pub(crate) fn peek(&self, lifo: bool) -> Option<&Entry<H>> {
         let (_, q) = self.head.as_ref()?;
-        if lifo { q.back() } else { q.front() }
+        q.peek(lifo)
     }
 
     /// Starts loading what [`take`](Self::take) will read into the CPU cache: the entry
     /// it takes and, should that empty the head queue, the next queue.
+    #[inline]
     pub(crate) fn prefetch(&self, lifo: bool) {
         if let Some((_, q)) = &self.head {
-            if let Some(e) = if lifo { q.back() } else { q.front() } {
+            if let Some(e) = q.peek(lifo) {
                 throttle_core::prefetch(e);
             }
             if q.len() == 1 {
@@ -148,7 +307,7 @@ impl<H> Buckets<H> {
     pub(crate) fn take(&mut self, lifo: bool) -> Option<(BucketKey, Entry<H>)> {
         let (key, q) = self.head.as_mut()?;
         let key = *key;
-        let e = if lifo { q.pop_back() } else { q.pop_front() }?;
+        let e = q.take(lifo)?;
         if q.is_empty() {
             self.head = self.rest.pop_best();
         }
@@ -164,6 +323,86 @@ mod tests {
 
     fn key(p: i32, c: u8) -> BucketKey {
         (Reverse(p), c)
+    }
+
+    proptest! {
+        /// One key's queue serves like a sorted list of sequence numbers (lowest first,
+        /// or with `lifo` highest first) when most come in order and some late (the
+        /// run, the map and their merges all in play), and `peek` shows what `take`
+        /// returns.
+        #[test]
+        fn a_queue_serves_like_a_sorted_list(
+            lifo in any::<bool>(),
+            ops in prop::collection::vec(prop::option::weighted(0.6, 0u64..1000), 1..400),
+        ) {
+            let mut b: Buckets<()> = Buckets::default();
+            let mut model: Vec<u64> = Vec::new();
+            let mut next = 0u64;
+            for op in ops {
+                match op {
+                    // Mostly the next number (a fresh push), sometimes an old one (a
+                    // delayed request or a redelivered lease coming back).
+                    Some(old) if old % 3 == 0 && next > 0 => {
+                        let seq = old % (next * 1000);
+                        b.push(key(0, 0), Entry { seq, handle: () });
+                        model.push(seq);
+                    }
+                    Some(_) => {
+                        next += 1;
+                        b.push(key(0, 0), Entry { seq: next * 1000, handle: () });
+                        model.push(next * 1000);
+                    }
+                    None => {
+                        model.sort_unstable();
+                        let want = if lifo { model.pop() } else {
+                            (!model.is_empty()).then(|| model.remove(0))
+                        };
+                        let peeked = b.peek(lifo).map(|e| e.seq);
+                        let got = b.take(lifo).map(|(_, e)| e.seq);
+                        prop_assert_eq!(peeked, got);
+                        prop_assert_eq!(got, want);
+                    }
+                }
+                prop_assert_eq!(b.head.as_ref().map_or(0, |(_, q)| q.len()), model.len());
+            }
+        }
+    }
+
+    /// Late entries (older than the run's last) go into the map, not into the run at
+    /// their place, and come out in order either way.
+    #[test]
+    fn late_entries_leave_the_run_alone() {
+        for lifo in [false, true] {
+            let mut b: Buckets<()> = Buckets::default();
+            for seq in (0..1000u64).rev() {
+                b.push(key(0, 0), Entry { seq, handle: () });
+            }
+            let (_, q) = b.head.as_ref().unwrap();
+            assert_eq!((q.run.len(), q.len()), (1, 1000));
+            let taken: Vec<u64> = core::iter::from_fn(|| b.take(lifo))
+                .map(|(_, e)| e.seq)
+                .collect();
+            let mut want: Vec<u64> = (0..1000).collect();
+            if lifo {
+                want.reverse();
+            }
+            assert_eq!(taken, want);
+        }
+    }
+
+    /// A sequence number that comes twice (it should not) loses neither entry.
+    #[test]
+    fn a_repeated_sequence_number_keeps_both_entries() {
+        let mut b: Buckets<u8> = Buckets::default();
+        for (seq, handle) in [(5, 0), (3, 1), (3, 2), (4, 3)] {
+            b.push(key(0, 0), Entry { seq, handle });
+        }
+        let mut taken: Vec<(u64, u8)> = core::iter::from_fn(|| b.take(false))
+            .map(|(_, e)| (e.seq, e.handle))
+            .collect();
+        assert_eq!(taken.iter().map(|e| e.0).collect::<Vec<_>>(), [3, 3, 4, 5]);
+        taken.sort();
+        assert_eq!(taken, [(3, 1), (3, 2), (4, 3), (5, 0)]);
     }
 
     #[test]
