@@ -29,24 +29,7 @@ fn settings() -> Settings {
 
 /// Nanoseconds per push and per poll + complete of `n` requests over `scopes` hosts.
 fn point(n: usize, scopes: usize) -> (f64, f64) {
-    let reqs = peer_requests(n, scopes);
-    let now = Timestamp::ZERO;
-    let mut f = Frontier::in_memory(settings(), now).expect("valid settings");
-    let t0 = Instant::now();
-    for r in &reqs {
-        f.push(r, now).expect("a valid request");
-    }
-    let push = t0.elapsed().as_nanos() as f64 / n as f64;
-    let ok = Outcome::status(200);
-    let t0 = Instant::now();
-    let mut done = 0;
-    while let Poll::Ready(lease) = f.poll(now).expect("in-memory poll") {
-        f.complete(lease.id(), &ok, now).expect("a live lease");
-        done += 1;
-    }
-    let poll = t0.elapsed().as_nanos() as f64 / n as f64;
-    assert_eq!(done, n, "every request handed out once");
-    (push, poll)
+    time(&peer_requests(n, scopes), Timestamp::ZERO)
 }
 
 /// [`point`] for `n` requests to one host, every tenth delayed by 1 s, polled at 2 s
@@ -58,17 +41,23 @@ fn delayed_point(n: usize) -> (f64, f64) {
             if i % 10 == 0 { r.delay(1.0) } else { r }
         })
         .collect();
+    time(&reqs, Timestamp::from_secs(2))
+}
+
+/// Nanoseconds per push (at time zero) and per poll + complete (at `poll_at`) of `reqs`.
+fn time(reqs: &[Request], poll_at: Timestamp) -> (f64, f64) {
+    let n = reqs.len();
     let mut f = Frontier::in_memory(settings(), Timestamp::ZERO).expect("valid settings");
     let t0 = Instant::now();
-    for r in &reqs {
+    for r in reqs {
         f.push(r, Timestamp::ZERO).expect("a valid request");
     }
     let push = t0.elapsed().as_nanos() as f64 / n as f64;
-    let (ok, now) = (Outcome::status(200), Timestamp::from_secs(2));
+    let ok = Outcome::status(200);
     let t0 = Instant::now();
     let mut done = 0;
-    while let Poll::Ready(lease) = f.poll(now).expect("in-memory poll") {
-        f.complete(lease.id(), &ok, now).expect("a live lease");
+    while let Poll::Ready(lease) = f.poll(poll_at).expect("in-memory poll") {
+        f.complete(lease.id(), &ok, poll_at).expect("a live lease");
         done += 1;
     }
     let poll = t0.elapsed().as_nanos() as f64 / n as f64;

@@ -168,26 +168,35 @@ impl<H> Queue<H> {
         let Some(late) = self.late.take() else {
             return;
         };
-        let late = late.into_values();
-        if self.run.is_empty() {
-            self.run.extend(late);
-            return;
-        }
-        let mut merged = VecDeque::with_capacity(self.run.len() + late.len());
-        let mut run = core::mem::take(&mut self.run).into_iter().peekable();
-        let mut late = late.peekable();
-        while let (Some(r), Some(l)) = (run.peek(), late.peek()) {
-            let e = if l.seq < r.seq {
-                late.next()
-            } else {
-                run.next()
-            };
-            merged.extend(e);
-        }
-        merged.extend(run);
-        merged.extend(late);
-        self.run = merged;
+        merge_sorted(&mut self.run, late.into_values(), |l, r| l.seq < r.seq);
     }
+}
+
+/// Merges `late`, in order, into `run`, in order: an entry of `late` goes before an
+/// entry of `run` when `before(late, run)` (ties keep the run's first). O(run + late).
+pub(crate) fn merge_sorted<T>(
+    run: &mut VecDeque<T>,
+    late: impl ExactSizeIterator<Item = T>,
+    before: impl Fn(&T, &T) -> bool,
+) {
+    if run.is_empty() {
+        run.extend(late);
+        return;
+    }
+    let mut merged = VecDeque::with_capacity(run.len() + late.len());
+    let mut old = core::mem::take(run).into_iter().peekable();
+    let mut late = late.peekable();
+    while let (Some(r), Some(l)) = (old.peek(), late.peek()) {
+        let e = if before(l, r) {
+            late.next()
+        } else {
+            old.next()
+        };
+        merged.extend(e);
+    }
+    merged.extend(old);
+    merged.extend(late);
+    *run = merged;
 }
 
 /// The queues after the best one.

@@ -30,7 +30,7 @@ use throttle_core::{
     Timestamp,
 };
 
-use crate::buckets::{BucketKey, Buckets, Entry};
+use crate::buckets::{BucketKey, Buckets, Entry, merge_sorted};
 use crate::group::{InvalidGroupKey, parse_group_key};
 
 /// How the frontier chooses among groups that may send now.
@@ -328,24 +328,9 @@ impl TierQueue {
         let Some(late) = self.late.take() else {
             return;
         };
-        if self.run.is_empty() {
-            self.run.extend(*late);
-            return;
-        }
-        let mut merged = VecDeque::with_capacity(self.run.len() + late.len());
-        let mut run = core::mem::take(&mut self.run).into_iter().peekable();
-        let mut late = late.into_iter().peekable();
-        while let (Some(r), Some(l)) = (run.peek(), late.peek()) {
-            let e = if serve_key(l) < serve_key(r) {
-                late.next()
-            } else {
-                run.next()
-            };
-            merged.extend(e);
-        }
-        merged.extend(run);
-        merged.extend(late);
-        self.run = merged;
+        merge_sorted(&mut self.run, (*late).into_iter(), |l, r| {
+            serve_key(l) < serve_key(r)
+        });
     }
 
     /// The entry `n` places behind the front.
