@@ -70,16 +70,9 @@ fn median(mut xs: Vec<f64>) -> f64 {
     xs[xs.len() / 2]
 }
 
-fn measure(axis: &str, n: usize, scopes: usize, runs: usize) {
-    let points: Vec<(f64, f64)> = (0..runs)
-        .map(|_| {
-            if axis == "delayed" {
-                delayed_point(n)
-            } else {
-                point(n, scopes)
-            }
-        })
-        .collect();
+/// Prints the medians of `runs` runs of `point` as one JSON line.
+fn measure(axis: &str, n: usize, scopes: usize, runs: usize, point: impl Fn() -> (f64, f64)) {
+    let points: Vec<(f64, f64)> = (0..runs).map(|_| point()).collect();
     let push = median(points.iter().map(|p| p.0).collect());
     let poll = median(points.iter().map(|p| p.1).collect());
     println!(
@@ -93,15 +86,15 @@ fn main() {
     let top = if quick { 100_000 } else { 1_000_000 };
     let mut n = 1_000;
     while n <= top {
-        measure("queued", n, n.min(10_000), runs);
+        measure("queued", n, n.min(10_000), runs, || point(n, n.min(10_000)));
         n *= 10;
     }
     for scopes in [10, 100, 1_000, 10_000, 100_000] {
-        measure("scopes", top, scopes, runs);
+        measure("scopes", top, scopes, runs, || point(top, scopes));
     }
     let mut n = 10_000;
     while n <= top {
-        measure("delayed", n, 1, runs);
+        measure("delayed", n, 1, runs, || delayed_point(n));
         n *= 10;
     }
 }
