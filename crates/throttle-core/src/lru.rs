@@ -76,11 +76,26 @@ impl Lru {
     }
 
     /// Moves slot `i` (currently listed) to the head.
+    #[inline]
     pub(crate) fn touch(&mut self, i: u32) {
-        if self.head != i {
-            self.remove(i);
-            self.push_front(i);
+        let head = self.head;
+        if head == i {
+            return;
         }
+        // Listed and not the head: it has a predecessor, and the list a head.
+        let Links { prev, next } = self.links[i as usize];
+        self.links[prev as usize].next = next;
+        if next != NIL {
+            self.links[next as usize].prev = prev;
+        } else {
+            self.tail = prev;
+        }
+        self.links[i as usize] = Links {
+            prev: NIL,
+            next: head,
+        };
+        self.links[head as usize].prev = i;
+        self.head = i;
     }
 
     /// The least recently used slot.
@@ -102,6 +117,37 @@ mod tests {
             i = l.links[i as usize].next;
         }
         out
+    }
+
+    proptest::proptest! {
+        /// The list keeps the order a plain vector would: touched or pushed slots at the
+        /// front, the rest in their order, the tail last.
+        #[test]
+        fn behaves_like_a_vector(ops in proptest::collection::vec((0u8..3, 0u32..12), 1..200)) {
+            let mut l = Lru::new();
+            let mut model: Vec<u32> = Vec::new();
+            for (op, i) in ops {
+                let listed = model.contains(&i);
+                match (op, listed) {
+                    (0, false) => {
+                        l.push_front(i);
+                        model.insert(0, i);
+                    }
+                    (1, true) => {
+                        l.touch(i);
+                        model.retain(|&j| j != i);
+                        model.insert(0, i);
+                    }
+                    (2, true) => {
+                        l.remove(i);
+                        model.retain(|&j| j != i);
+                    }
+                    _ => continue,
+                }
+                proptest::prop_assert_eq!(order(&l), model.clone());
+                proptest::prop_assert_eq!(l.tail(), model.last().copied());
+            }
+        }
     }
 
     #[test]

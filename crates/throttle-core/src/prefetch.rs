@@ -1,7 +1,7 @@
 //! A cache prefetch hint, for code that knows which memory it will touch next.
 
-/// Asks the processor to start loading the cache lines `value` occupies (up to four),
-/// so a later read does not wait on memory. Only a hint: it reads nothing and changes
+/// Asks the processor to start loading the cache lines `value` occupies (its first 256
+/// bytes at most), so a later read does not wait on memory. Only a hint: it reads nothing and changes
 /// nothing. Does nothing on targets without a stable prefetch instruction.
 ///
 /// The throttler uses it in [`Throttler::prefetch_hinted`](crate::Throttler::prefetch_hinted);
@@ -15,14 +15,16 @@
 #[inline(always)]
 pub fn prefetch<T>(value: &T) {
     let start = (value as *const T).cast::<u8>();
-    // A value need not start on a line: count the lines its bytes touch.
-    let offset = start as usize % 64;
-    let lines = (offset + core::mem::size_of::<T>())
-        .div_ceil(64)
-        .clamp(1, 4);
-    let first = start.wrapping_sub(offset);
-    for i in 0..lines {
-        prefetch_line(first.wrapping_add(i * 64));
+    // The size is a constant, so this unrolls into a few prefetches: one per 64 bytes
+    // from the start, and the line of the last byte (a value need not start on a line).
+    let size = core::mem::size_of::<T>().clamp(1, 4 * 64);
+    let mut offset = 0;
+    while offset < size {
+        prefetch_line(start.wrapping_add(offset));
+        offset += 64;
+    }
+    if size > 1 {
+        prefetch_line(start.wrapping_add(size - 1));
     }
 }
 

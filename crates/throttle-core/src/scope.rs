@@ -428,6 +428,7 @@ impl ScopeState {
     }
 
     /// Whether a request consuming `amount` of this scope may go at `now`.
+    #[inline]
     pub(crate) fn gate(&self, p: &ScopeParams, amount: f64, now: Timestamp) -> Gate {
         let mut until = self.hard_until.max(self.next_allowed);
         if let (Some(q), Some(start)) = (p.quota, self.quota_start)
@@ -458,6 +459,7 @@ impl ScopeState {
         }
     }
 
+    #[inline]
     pub(crate) fn record_send(
         &mut self,
         p: &ScopeParams,
@@ -481,6 +483,7 @@ impl ScopeState {
         }
     }
 
+    #[inline]
     pub(crate) fn record_done(&mut self) {
         self.active = self.active.saturating_sub(1);
         self.done += 1;
@@ -491,6 +494,7 @@ impl ScopeState {
     /// On a rampup scope the first `high` triggers of a window only count toward the
     /// target (the rate holds; a header delay is still honoured as a hard minimum); more
     /// than `high` is ordinary backoff.
+    #[inline(never)]
     pub(crate) fn trigger(
         &mut self,
         p: &ScopeParams,

@@ -556,6 +556,7 @@ impl Throttler {
     /// [`try_acquire_hinted`](Self::try_acquire_hinted) for a request with exactly one
     /// scope: the same decision and the same reservation, without building a list of
     /// scopes. Schedulers call it for the usual one-host group.
+    #[inline]
     pub fn try_acquire_one(
         &mut self,
         scope: ScopeUse<'_>,
@@ -572,13 +573,56 @@ impl Throttler {
         } else {
             scope.amount
         };
-        let (i, created) = self.resolve_hinted(scope.scope, hint, now);
+        let i = hint.slot;
+        if !self.hint_is_live(hint) {
+            return self.try_acquire_one_cold(scope.scope, amount, hint, flags, now);
+        }
+        debug_assert_eq!(
+            &*self.slots[i as usize].name, scope.scope,
+            "a hint used for another scope"
+        );
+        let state = &mut self.slots[i as usize];
+        let p = &self.params[state.params as usize];
+        state.advance(p, now);
+        state.last_used = now;
+        let result = self.admit_one(i, amount, flags, now);
+        if result.is_err() {
+            // Admitted, the state is in flight: it takes its place in the recency order
+            // when its last request ends (see `evict_lru`). Refused, it takes it now.
+            self.lru.touch(i);
+        }
+        self.evict_some(now, EVICTION_BUDGET);
+        result
+    }
+
+    /// [`try_acquire_one`](Self::try_acquire_one) through the scope's name (a stale or
+    /// empty hint, refreshed here).
+    #[inline(never)]
+    fn try_acquire_one_cold(
+        &mut self,
+        name: &str,
+        amount: f64,
+        hint: &mut ScopeHint,
+        flags: RequestFlags,
+        now: Timestamp,
+    ) -> Result<Permit, NotReady> {
+        let (i, created) = self.resolve_hinted(name, hint, now);
         let result = self.admit_one(i, amount, flags, now);
         self.evict_some(now, usize::from(created) + EVICTION_BUDGET);
         result
     }
 
-    /// [`admit`](Self::admit) for one scope.
+    /// Whether `hint` points at the live state it was made for.
+    #[inline]
+    fn hint_is_live(&self, hint: &ScopeHint) -> bool {
+        let i = hint.slot as usize;
+        hint.generation != 0
+            && self.generations.get(i) == Some(&hint.generation)
+            && self.slots[i].live
+    }
+
+    /// [`admit`](Self::admit) for one scope, brought up to `now`.
+    #[inline]
     fn admit_one(
         &mut self,
         i: u32,
@@ -690,19 +734,24 @@ impl Throttler {
     fn load_of_slots(&self, slots: &[u32]) -> f64 {
         slots
             .iter()
-            .map(|&i| {
-                let s = &self.slots[i as usize];
-                if s.concurrency == 0 {
-                    0.0
-                } else {
-                    f64::from(s.active) / f64::from(s.concurrency)
-                }
-            })
+            .map(|&i| self.load_of_slot(i))
             .fold(0.0, f64::max)
+    }
+
+    /// Active / concurrency of the state in slot `i` (0 when unlimited).
+    #[inline]
+    fn load_of_slot(&self, i: u32) -> f64 {
+        let s = &self.slots[i as usize];
+        if s.concurrency == 0 {
+            0.0
+        } else {
+            f64::from(s.active) / f64::from(s.concurrency)
+        }
     }
 
     /// [`release`](Self::release), returning the load of the permit's busiest scope
     /// afterwards (`None` if it was already released). Schedulers use it to re-rank.
+    #[inline]
     pub fn release_and_load(
         &mut self,
         permit: Permit,
@@ -719,6 +768,7 @@ impl Throttler {
         self.release_inner(permit, outcome, now).is_some()
     }
 
+    #[inline]
     fn release_inner(
         &mut self,
         permit: Permit,
@@ -732,33 +782,52 @@ impl Throttler {
         }
         slot.live = false;
         slot.generation = slot.generation.wrapping_add(1);
-        let scopes = core::mem::take(&mut slot.scopes);
         let (counted, dont_track) = (slot.counted, slot.dont_track);
-        let header = outcome.header_delay();
-        for &i in scopes.as_slice() {
-            let state = &mut self.slots[i as usize];
-            let p = &self.params[state.params as usize];
-            state.advance(p, now);
-            state.record_done();
-            if !dont_track && outcome.is_trigger(&p.backoff) {
-                state.trigger(p, header, now, &mut self.rng);
+        let load = match slot.scopes {
+            // The usual permit: one scope, nothing to take out of the slot.
+            SlotList::Inline {
+                len: 1,
+                ids: [i, _],
+            } => {
+                self.release_scope(i, outcome, dont_track, now);
+                self.load_of_slot(i)
             }
-            state.last_used = now;
-            self.lru.touch(i);
-            if let Some(&head) = state.waiters.front() {
-                self.waiters.wake(head);
+            _ => {
+                let scopes = core::mem::take(&mut slot.scopes);
+                for &i in scopes.as_slice() {
+                    self.release_scope(i, outcome, dont_track, now);
+                }
+                let load = self.load_of_slots(scopes.as_slice());
+                // Kept (with any vector it holds) for the slot's next permit.
+                self.permits[permit.slot as usize].scopes = scopes;
+                load
             }
-        }
+        };
         if counted {
             self.in_flight -= 1;
             self.waiters.wake_global();
         }
-        let load = self.load_of_slots(scopes.as_slice());
-        // Kept (with any vector it holds) for the slot's next permit.
-        self.permits[permit.slot as usize].scopes = scopes;
         self.free_permits.push(permit.slot);
         self.evict_some(now, EVICTION_BUDGET);
         Some(load)
+    }
+
+    /// The end of a request on scope `i`: frees its slot, feeds its outcome to backoff,
+    /// marks the state used and lets its first waiter look again.
+    #[inline(always)]
+    fn release_scope(&mut self, i: u32, outcome: &Outcome<'_>, dont_track: bool, now: Timestamp) {
+        let state = &mut self.slots[i as usize];
+        let p = &self.params[state.params as usize];
+        state.advance(p, now);
+        state.record_done();
+        if !dont_track && outcome.is_trigger(&p.backoff) {
+            state.trigger(p, outcome.header_delay(), now, &mut self.rng);
+        }
+        state.last_used = now;
+        if let Some(&head) = state.waiters.front() {
+            self.waiters.wake(head);
+        }
+        self.lru.touch(i);
     }
 
     /// Like [`try_acquire_with`](Self::try_acquire_with), but on failure takes a place in
@@ -1218,10 +1287,7 @@ impl Throttler {
     /// [`resolve`](Self::resolve) through a hint when it is still valid.
     fn resolve_hinted(&mut self, name: &str, hint: &mut ScopeHint, now: Timestamp) -> (u32, bool) {
         let i = hint.slot as usize;
-        if hint.generation != 0
-            && self.generations.get(i) == Some(&hint.generation)
-            && self.slots[i].live
-        {
+        if self.hint_is_live(hint) {
             debug_assert_eq!(&*self.slots[i].name, name, "a hint used for another scope");
             let state = &mut self.slots[i];
             state.advance(&self.params[state.params as usize], now);
@@ -1367,6 +1433,7 @@ impl Throttler {
     }
 
     /// [`new_permit`](Self::new_permit) holding `scopes` (inline ones: nothing to reuse).
+    #[inline]
     fn new_permit_of(&mut self, scopes: SlotList, counted: bool, dont_track: bool) -> Permit {
         let slot = self.permit_slot();
         let p = &mut self.permits[slot as usize];
@@ -1385,14 +1452,18 @@ impl Throttler {
     }
 
     /// A free permit slot.
+    #[inline]
     fn permit_slot(&mut self) -> u32 {
         match self.free_permits.pop() {
             Some(s) => s,
-            None => {
-                self.permits.push(PermitSlot::default());
-                (self.permits.len() - 1) as u32
-            }
+            None => self.new_permit_slot(),
         }
+    }
+
+    #[inline(never)]
+    fn new_permit_slot(&mut self) -> u32 {
+        self.permits.push(PermitSlot::default());
+        (self.permits.len() - 1) as u32
     }
 
     /// Something about scope `i` changed for the better: let its first waiter look again.
@@ -1421,6 +1492,13 @@ impl Throttler {
             let Some(i) = self.lru.tail() else { return };
             let over = limit != 0 && self.index.len() > limit;
             let state = &mut self.slots[i as usize];
+            if state.active > 0 {
+                // In flight, so not evictable; and an admission does not move a state
+                // in the recency order (its last release does), so its place says
+                // nothing about how recently it was used. Look past it.
+                self.lru.touch(i);
+                continue;
+            }
             let idle = self.max_idle.is_some_and(|m| state.last_used + m <= now);
             if !over && !idle {
                 self.idle_check_at = self

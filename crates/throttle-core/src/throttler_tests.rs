@@ -1314,6 +1314,45 @@ fn idle_eviction_and_what_survives_it() {
     assert_eq!((st.base_delay, st.concurrency), (7.0, 1));
 }
 
+/// A state admitted through its hint keeps its place in the recency order until its
+/// request ends; at the tail, in flight, it must not stop the idle states behind it
+/// from going.
+#[test]
+fn a_state_in_flight_at_the_tail_does_not_hold_back_idle_eviction() {
+    let mut s = Settings::default();
+    s.throttling_scope_limit = 0;
+    s.throttling_scope_max_idle = 100.0;
+    let mut t = new(s);
+    let mut hint = ScopeHint::default();
+    let mut one = |t: &mut Throttler, now: f64| {
+        t.try_acquire_one(
+            ScopeUse::new("a.com"),
+            &mut hint,
+            RequestFlags::default(),
+            at(now),
+        )
+        .unwrap()
+    };
+    let p = one(&mut t, 0.0);
+    finish(&mut t, p, 200, 0.0);
+    touch(&mut t, "b.com", 1.0);
+    let in_flight = one(&mut t, 50.0); // a.com stays at the tail, last used at 50
+    touch(&mut t, "c.com", 102.0); // b.com has been idle for 101 s
+    assert!(
+        t.scope_stats("b.com", at(102.0)).is_none(),
+        "b.com was kept"
+    );
+    assert_eq!(stats(&mut t, "a.com", 102.0).active, 1);
+    finish(&mut t, in_flight, 200, 103.0);
+    touch(&mut t, "c.com", 202.5); // a.com idle since 103: not yet
+    assert!(t.scope_stats("a.com", at(202.5)).is_some());
+    touch(&mut t, "c.com", 203.0);
+    assert!(
+        t.scope_stats("a.com", at(203.0)).is_none(),
+        "a.com was kept"
+    );
+}
+
 #[test]
 fn eviction_work_per_operation_is_bounded() {
     let mut s = Settings::default();

@@ -83,7 +83,15 @@ impl Waiters {
 
     /// An unreserved global slot is free: reserve it for the longest-waiting request held
     /// by the global cap, and wake that request.
+    #[inline]
     pub(crate) fn wake_global(&mut self) {
+        if !self.global.is_empty() {
+            self.wake_first_global();
+        }
+    }
+
+    #[inline(never)]
+    fn wake_first_global(&mut self) {
         while let Some(t) = self.global.pop_front() {
             if let Some(e) = self.entries.get_mut(&t)
                 && e.in_global
