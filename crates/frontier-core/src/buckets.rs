@@ -2,16 +2,20 @@
 //!
 //! The best queue (the head) lives inline, so the request a poll takes is found from
 //! the group record alone, and the scheduler can prefetch the head request's slot
-//! before it gets there. Each queue is one contiguous buffer, so a group's requests of
-//! one priority are read in memory order. The other queues wait in a small sorted
-//! vector, best last, whose next queue can be prefetched too; past [`SORTED_MAX`] queues
-//! (a group with that many distinct priorities) they move to a B-tree, so pushes and
-//! polls stay O(log n) however many priorities a group holds.
+//! before it gets there. Each queue is a chain of blocks of the scheduler's shared
+//! [`Blocks`], so a group's requests of one priority are read seven at a time in memory
+//! order, and a queue that grows or empties moves nothing and calls no allocator. The
+//! other queues wait in a small sorted vector, best last, whose next queue can be
+//! prefetched too; past [`SORTED_MAX`] queues (a group with that many distinct
+//! priorities) they move to a B-tree, so pushes and polls stay O(log n) however many
+//! priorities a group holds.
 
 use alloc::boxed::Box;
 use alloc::collections::{BTreeMap, VecDeque};
 use alloc::vec::Vec;
 use core::cmp::Reverse;
+
+use crate::blocks::{Blocks, Run};
 
 /// Within a group: highest priority first, then class 0 (others) before class 1 (start).
 pub(crate) type BucketKey = (Reverse<i32>, u8);
@@ -22,6 +26,9 @@ pub(crate) struct Entry<H> {
     pub(crate) seq: u64,
     pub(crate) handle: H,
 }
+
+/// The blocks every group's queues are made of.
+pub(crate) type EntryBlocks<H> = Blocks<Entry<H>>;
 
 /// Queues beyond which the waiting queues move from a sorted vector to a B-tree.
 const SORTED_MAX: usize = 64;
@@ -36,9 +43,12 @@ const SORTED_MAX: usize = 64;
 /// and O(log n) amortized at worst, where inserting a late entry into the run at its
 /// place moved O(n) entries (a host with a large queue and some delayed requests took
 /// quadratic time).
+///
+/// Its run's blocks belong to the scheduler's [`Blocks`]: a queue is emptied through
+/// [`take`](Self::take) (which gives them back), never dropped holding entries.
 #[derive(Debug)]
 struct Queue<H> {
-    run: VecDeque<Entry<H>>,
+    run: Run,
     /// Never empty when present (a pointer when absent: queues are many).
     #[allow(
         clippy::box_collection,
@@ -50,7 +60,7 @@ struct Queue<H> {
 impl<H> Default for Queue<H> {
     fn default() -> Self {
         Queue {
-            run: VecDeque::new(),
+            run: Run::default(),
             late: None,
         }
     }
@@ -68,33 +78,38 @@ impl<H> Queue<H> {
     }
 
     #[inline]
-    fn push(&mut self, entry: Entry<H>) {
-        match self.run.back() {
-            Some(last) if last.seq > entry.seq => self.push_late(entry),
-            _ => self.run.push_back(entry),
+    fn push(&mut self, blocks: &mut EntryBlocks<H>, entry: Entry<H>) {
+        match self.run.back(blocks) {
+            Some(last) if last.seq > entry.seq => self.push_late(blocks, entry),
+            _ => self.run.push_back(blocks, entry),
         }
     }
 
     #[inline(never)]
-    fn push_late(&mut self, entry: Entry<H>) {
+    fn push_late(&mut self, blocks: &mut EntryBlocks<H>, entry: Entry<H>) {
         let late = self.late.get_or_insert_default();
         if let Some(twin) = late.insert(entry.seq, entry) {
-            // Sequence numbers are unique; should one come twice, both stay.
-            let at = self.run.partition_point(|e| e.seq < twin.seq);
-            self.run.insert(at, twin);
+            // Sequence numbers are unique; should one come twice, both stay: the run
+            // is rebuilt with the twin at its place.
+            let mut run: VecDeque<Entry<H>> = self.run.take_all(blocks).into();
+            let at = run.partition_point(|e| e.seq < twin.seq);
+            run.insert(at, twin);
+            for e in run {
+                self.run.push_back(blocks, e);
+            }
         }
     }
 
     /// Whether the next entry (the first, or with `lifo` the last) is the map's.
     #[inline]
-    fn next_is_late(&self, lifo: bool) -> bool {
+    fn next_is_late(&self, blocks: &EntryBlocks<H>, lifo: bool) -> bool {
         let Some(late) = &self.late else {
             return false;
         };
         let run = if lifo {
-            self.run.back()
+            self.run.back(blocks)
         } else {
-            self.run.front()
+            self.run.front(blocks)
         };
         let late = if lifo {
             late.last_key_value()
@@ -109,8 +124,8 @@ impl<H> Queue<H> {
     }
 
     #[inline]
-    fn peek(&self, lifo: bool) -> Option<&Entry<H>> {
-        if self.next_is_late(lifo) {
+    fn peek<'b>(&'b self, blocks: &'b EntryBlocks<H>, lifo: bool) -> Option<&'b Entry<H>> {
+        if self.next_is_late(blocks, lifo) {
             let late = self.late.as_ref()?;
             if lifo {
                 late.values().next_back()
@@ -118,33 +133,33 @@ impl<H> Queue<H> {
                 late.values().next()
             }
         } else if lifo {
-            self.run.back()
+            self.run.back(blocks)
         } else {
-            self.run.front()
+            self.run.front(blocks)
         }
     }
 
     #[inline]
-    fn take(&mut self, lifo: bool) -> Option<Entry<H>> {
+    fn take(&mut self, blocks: &mut EntryBlocks<H>, lifo: bool) -> Option<Entry<H>> {
         if self.late.is_some() {
-            return self.take_late(lifo);
+            return self.take_late(blocks, lifo);
         }
         if lifo {
-            self.run.pop_back()
+            self.run.pop_back(blocks)
         } else {
-            self.run.pop_front()
+            self.run.pop_front(blocks)
         }
     }
 
     /// [`take`](Self::take) with entries in the map.
     #[inline(never)]
-    fn take_late(&mut self, lifo: bool) -> Option<Entry<H>> {
+    fn take_late(&mut self, blocks: &mut EntryBlocks<H>, lifo: bool) -> Option<Entry<H>> {
         if let Some(late) = &self.late
             && late.len() >= self.run.len()
         {
-            self.merge();
+            self.merge(blocks);
         }
-        if self.next_is_late(lifo) {
+        if self.next_is_late(blocks, lifo) {
             let late = self.late.as_mut()?;
             let e = if lifo {
                 late.pop_last()
@@ -156,24 +171,65 @@ impl<H> Queue<H> {
             }
             e.map(|(_, e)| e)
         } else if lifo {
-            self.run.pop_back()
+            self.run.pop_back(blocks)
         } else {
-            self.run.pop_front()
+            self.run.pop_front(blocks)
         }
     }
 
     /// Moves the map's entries into the run, in order: O(run + map), done only once the
     /// map is at least as large as the run, so each entry's one move pays for it.
-    fn merge(&mut self) {
+    fn merge(&mut self, blocks: &mut EntryBlocks<H>) {
         let Some(late) = self.late.take() else {
             return;
         };
-        merge_sorted(&mut self.run, late.into_values(), |l, r| l.seq < r.seq);
+        let old = self.run.take_all(blocks);
+        merge_in_order(
+            old.into_iter(),
+            late.into_values(),
+            |l, r| l.seq < r.seq,
+            |e| {
+                self.run.push_back(blocks, e);
+            },
+        );
+    }
+
+    #[inline]
+    fn prefetch(&self, blocks: &EntryBlocks<H>, lifo: bool) {
+        if self.late.is_none() {
+            self.run.prefetch(blocks, lifo);
+        } else if let Some(e) = self.peek(blocks, lifo) {
+            throttle_core::prefetch(e);
+        }
     }
 }
 
-/// Merges `late`, in order, into `run`, in order: an entry of `late` goes before an
-/// entry of `run` when `before(late, run)` (ties keep the run's first). O(run + late).
+/// Hands `old` and `late`, both in order, to `out` in one order: an entry of `late` goes
+/// before an entry of `old` when `before(late, old)` (ties keep `old`'s first).
+/// O(old + late).
+pub(crate) fn merge_in_order<T>(
+    old: impl Iterator<Item = T>,
+    late: impl Iterator<Item = T>,
+    before: impl Fn(&T, &T) -> bool,
+    mut out: impl FnMut(T),
+) {
+    let mut old = old.peekable();
+    let mut late = late.peekable();
+    while let (Some(r), Some(l)) = (old.peek(), late.peek()) {
+        let e = if before(l, r) {
+            late.next()
+        } else {
+            old.next()
+        };
+        if let Some(e) = e {
+            out(e);
+        }
+    }
+    old.for_each(&mut out);
+    late.for_each(out);
+}
+
+/// Merges `late`, in order, into `run`, in order (see [`merge_in_order`]).
 pub(crate) fn merge_sorted<T>(
     run: &mut VecDeque<T>,
     late: impl ExactSizeIterator<Item = T>,
@@ -184,18 +240,8 @@ pub(crate) fn merge_sorted<T>(
         return;
     }
     let mut merged = VecDeque::with_capacity(run.len() + late.len());
-    let mut old = core::mem::take(run).into_iter().peekable();
-    let mut late = late.peekable();
-    while let (Some(r), Some(l)) = (old.peek(), late.peek()) {
-        let e = if before(l, r) {
-            late.next()
-        } else {
-            old.next()
-        };
-        merged.extend(e);
-    }
-    merged.extend(old);
-    merged.extend(late);
+    let old = core::mem::take(run);
+    merge_in_order(old.into_iter(), late, before, |e| merged.push_back(e));
     *run = merged;
 }
 
@@ -276,7 +322,7 @@ impl<H> Buckets<H> {
     }
 
     /// Adds an entry under `key`, at its sequence position.
-    pub(crate) fn push(&mut self, key: BucketKey, entry: Entry<H>) {
+    pub(crate) fn push(&mut self, blocks: &mut EntryBlocks<H>, key: BucketKey, entry: Entry<H>) {
         let queue = match &mut self.head {
             Some((k, q)) if *k == key => q,
             Some((k, _)) if *k < key => self.rest.entry(key),
@@ -288,35 +334,51 @@ impl<H> Buckets<H> {
                 &mut head.insert((key, Queue::default())).1
             }
         };
-        queue.push(entry);
+        queue.push(blocks, entry);
     }
 
     /// The entry [`take`](Self::take) would return.
     #[inline]
-    pub(crate) fn peek(&self, lifo: bool) -> Option<&Entry<H>> {
+    pub(crate) fn peek<'b>(
+        &'b self,
+        blocks: &'b EntryBlocks<H>,
+        lifo: bool,
+    ) -> Option<&'b Entry<H>> {
         let (_, q) = self.head.as_ref()?;
-        q.peek(lifo)
+        q.peek(blocks, lifo)
     }
 
     /// Starts loading what [`take`](Self::take) will read into the CPU cache: the entry
     /// it takes and, should that empty the head queue, the next queue.
     #[inline]
-    pub(crate) fn prefetch(&self, lifo: bool) {
+    pub(crate) fn prefetch(&self, blocks: &EntryBlocks<H>, lifo: bool) {
         if let Some((_, q)) = &self.head {
-            if let Some(e) = q.peek(lifo) {
-                throttle_core::prefetch(e);
-            }
+            q.prefetch(blocks, lifo);
             if q.len() == 1 {
                 self.rest.prefetch_best();
             }
         }
     }
 
+    /// Starts loading the head queue's entry `n` places behind the one
+    /// [`take`](Self::take) takes next (entries in the ordered map of late ones aside).
+    #[inline]
+    pub(crate) fn prefetch_nth(&self, blocks: &EntryBlocks<H>, lifo: bool, n: usize) {
+        if let Some((_, q)) = &self.head {
+            q.run.prefetch_nth(blocks, lifo, n);
+        }
+    }
+
     /// Takes the head queue's first (or, with `lifo`, last) entry, with its key.
-    pub(crate) fn take(&mut self, lifo: bool) -> Option<(BucketKey, Entry<H>)> {
+    #[inline]
+    pub(crate) fn take(
+        &mut self,
+        blocks: &mut EntryBlocks<H>,
+        lifo: bool,
+    ) -> Option<(BucketKey, Entry<H>)> {
         let (key, q) = self.head.as_mut()?;
         let key = *key;
-        let e = q.take(lifo)?;
+        let e = q.take(blocks, lifo)?;
         if q.is_empty() {
             self.head = self.rest.pop_best();
         }
@@ -345,6 +407,7 @@ mod tests {
             ops in prop::collection::vec(prop::option::weighted(0.6, 0u64..1000), 1..400),
         ) {
             let mut b: Buckets<()> = Buckets::default();
+            let mut blocks = Blocks::default();
             let mut model: Vec<u64> = Vec::new();
             let mut next = 0u64;
             for op in ops {
@@ -353,12 +416,12 @@ mod tests {
                     // delayed request or a redelivered lease coming back).
                     Some(old) if old % 3 == 0 && next > 0 => {
                         let seq = old % (next * 1000);
-                        b.push(key(0, 0), Entry { seq, handle: () });
+                        b.push(&mut blocks, key(0, 0), Entry { seq, handle: () });
                         model.push(seq);
                     }
                     Some(_) => {
                         next += 1;
-                        b.push(key(0, 0), Entry { seq: next * 1000, handle: () });
+                        b.push(&mut blocks, key(0, 0), Entry { seq: next * 1000, handle: () });
                         model.push(next * 1000);
                     }
                     None => {
@@ -366,13 +429,16 @@ mod tests {
                         let want = if lifo { model.pop() } else {
                             (!model.is_empty()).then(|| model.remove(0))
                         };
-                        let peeked = b.peek(lifo).map(|e| e.seq);
-                        let got = b.take(lifo).map(|(_, e)| e.seq);
+                        let peeked = b.peek(&blocks, lifo).map(|e| e.seq);
+                        let got = b.take(&mut blocks, lifo).map(|(_, e)| e.seq);
                         prop_assert_eq!(peeked, got);
                         prop_assert_eq!(got, want);
                     }
                 }
                 prop_assert_eq!(b.head.as_ref().map_or(0, |(_, q)| q.len()), model.len());
+                if model.is_empty() {
+                    prop_assert_eq!(blocks.used(), 0);
+                }
             }
         }
     }
@@ -383,12 +449,13 @@ mod tests {
     fn late_entries_leave_the_run_alone() {
         for lifo in [false, true] {
             let mut b: Buckets<()> = Buckets::default();
+            let mut blocks = Blocks::default();
             for seq in (0..1000u64).rev() {
-                b.push(key(0, 0), Entry { seq, handle: () });
+                b.push(&mut blocks, key(0, 0), Entry { seq, handle: () });
             }
             let (_, q) = b.head.as_ref().unwrap();
             assert_eq!((q.run.len(), q.len()), (1, 1000));
-            let taken: Vec<u64> = core::iter::from_fn(|| b.take(lifo))
+            let taken: Vec<u64> = core::iter::from_fn(|| b.take(&mut blocks, lifo))
                 .map(|(_, e)| e.seq)
                 .collect();
             let mut want: Vec<u64> = (0..1000).collect();
@@ -403,10 +470,11 @@ mod tests {
     #[test]
     fn a_repeated_sequence_number_keeps_both_entries() {
         let mut b: Buckets<u8> = Buckets::default();
+        let mut blocks = Blocks::default();
         for (seq, handle) in [(5, 0), (3, 1), (3, 2), (4, 3)] {
-            b.push(key(0, 0), Entry { seq, handle });
+            b.push(&mut blocks, key(0, 0), Entry { seq, handle });
         }
-        let mut taken: Vec<(u64, u8)> = core::iter::from_fn(|| b.take(false))
+        let mut taken: Vec<(u64, u8)> = core::iter::from_fn(|| b.take(&mut blocks, false))
             .map(|(_, e)| (e.seq, e.handle))
             .collect();
         assert_eq!(taken.iter().map(|e| e.0).collect::<Vec<_>>(), [3, 3, 4, 5]);
@@ -447,6 +515,7 @@ mod tests {
     ) -> Result<(), proptest::test_runner::TestCaseError> {
         {
             let mut b: Buckets<()> = Buckets::default();
+            let mut blocks = Blocks::default();
             let mut model: Vec<(BucketKey, u64)> = Vec::new();
             for (take, p, c, seq) in ops {
                 if take {
@@ -456,16 +525,16 @@ mod tests {
                         let s = if lifo { seqs.max() } else { seqs.min() }.unwrap();
                         (k, s)
                     });
-                    prop_assert_eq!(b.peek(lifo).map(|e| e.seq), want.map(|(_, s)| s));
+                    prop_assert_eq!(b.peek(&blocks, lifo).map(|e| e.seq), want.map(|(_, s)| s));
                     prop_assert_eq!(b.first_key(), best);
-                    let got = b.take(lifo).map(|(k, e)| (k, e.seq));
+                    let got = b.take(&mut blocks, lifo).map(|(k, e)| (k, e.seq));
                     prop_assert_eq!(got, want);
                     if let Some(w) = want {
                         let at = model.iter().position(|m| *m == w).unwrap();
                         model.remove(at);
                     }
                 } else if !model.iter().any(|(_, s)| *s == seq) {
-                    b.push(key(p, c), Entry { seq, handle: () });
+                    b.push(&mut blocks, key(p, c), Entry { seq, handle: () });
                     model.push((key(p, c), seq));
                 }
             }

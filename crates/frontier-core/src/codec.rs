@@ -291,36 +291,33 @@ impl Codec {
 
     /// [`decode`](Self::decode) for a caller that knows `host` is one plain host (no
     /// scope-list separators): the frontier, which checked its group key once.
+    #[inline]
     pub(crate) fn decode_plain_host(
         &self,
         bytes: &[u8],
         host: Option<&str>,
     ) -> Result<Request, DecodeError> {
-        let (&version, body) = bytes
-            .split_first()
-            .ok_or_else(|| DecodeError::new(DecodeErrorKind::Corrupt, "empty record".into()))?;
-        if version != FORMAT_VERSION {
+        match bytes.split_first() {
+            Some((&FORMAT_VERSION, body)) => match common_record(body) {
+                Some(wire) => self.request_of(wire, host),
+                None => self.decode_rare(body, host),
+            },
+            _ => Err(version_error(bytes)),
+        }
+    }
+
+    /// [`decode_plain_host`](Self::decode_plain_host) of a record [`common_record`]
+    /// does not read (rare fields, or damage): postcard decides, and reports the error.
+    #[inline(never)]
+    fn decode_rare(&self, body: &[u8], host: Option<&str>) -> Result<Request, DecodeError> {
+        let (wire, tail): (Wire<'_>, &[u8]) = postcard::take_from_bytes(body)
+            .map_err(|e| DecodeError::new(DecodeErrorKind::Corrupt, e.to_string()))?;
+        if !tail.is_empty() {
             return Err(DecodeError::new(
-                DecodeErrorKind::UnsupportedVersion(version),
-                alloc::format!(
-                    "record format version {version} (this build reads version {FORMAT_VERSION})"
-                ),
+                DecodeErrorKind::Corrupt,
+                alloc::format!("{} unexpected bytes after the record", tail.len()),
             ));
         }
-        let wire = match common_record(body) {
-            Some(wire) => wire,
-            None => {
-                let (wire, tail): (Wire<'_>, &[u8]) = postcard::take_from_bytes(body)
-                    .map_err(|e| DecodeError::new(DecodeErrorKind::Corrupt, e.to_string()))?;
-                if !tail.is_empty() {
-                    return Err(DecodeError::new(
-                        DecodeErrorKind::Corrupt,
-                        alloc::format!("{} unexpected bytes after the record", tail.len()),
-                    ));
-                }
-                wire
-            }
-        };
         self.request_of(wire, host)
     }
 
@@ -346,84 +343,126 @@ impl Codec {
     }
 
     /// Builds the request a decoded record describes.
+    #[inline]
     fn request_of(&self, wire: Wire<'_>, host: Option<&str>) -> Result<Request, DecodeError> {
         if wire.flags & !KNOWN_FLAGS != 0 {
-            return Err(DecodeError::new(
-                DecodeErrorKind::Corrupt,
-                alloc::format!("unknown flag bits {:#04x}", wire.flags),
-            ));
+            return Err(unknown_flags(wire.flags));
         }
         let callback = match wire.callback {
             None => None,
             Some(id) => Some(
                 self.callbacks
                     .shared(id)
-                    .ok_or_else(|| {
-                        DecodeError::new(
-                            DecodeErrorKind::UnknownCallback(id),
-                            alloc::format!("callback number {id} is not in the callback table"),
-                        )
-                    })?
+                    .ok_or_else(|| unknown_callback(id))?
                     .clone(),
             ),
         };
-        let elided = wire.flags & (HTTPS_HOST_ELIDED | HTTP_HOST_ELIDED);
-        let mut req = if elided == 0 {
-            Request::get(wire.url)
-        } else {
-            let host = host.filter(|h| !h.is_empty());
-            let Some(host) = host.filter(|_| elided != HTTPS_HOST_ELIDED | HTTP_HOST_ELIDED) else {
-                return Err(DecodeError::new(
-                    DecodeErrorKind::Corrupt,
-                    "the record omits its host but no single-host group was given".into(),
-                ));
-            };
-            let scheme = if elided == HTTPS_HOST_ELIDED {
-                "https://"
-            } else {
-                "http://"
-            };
-            let mut url = String::with_capacity(scheme.len() + host.len() + wire.url.len());
-            url.push_str(scheme);
-            url.push_str(host);
-            url.push_str(wire.url);
-            Request::get(url)
+        let url: Box<str> = match wire.flags & (HTTPS_HOST_ELIDED | HTTP_HOST_ELIDED) {
+            0 => Box::from(wire.url),
+            HTTPS_HOST_ELIDED => join_url("https://", host, wire.url)?,
+            HTTP_HOST_ELIDED => join_url("http://", host, wire.url)?,
+            _ => return Err(no_host()),
         };
-        req.callback = callback;
-        req.priority = wire.priority;
-        req.depth = wire.depth;
-        req.start = wire.flags & START != 0;
-        req.dont_filter = wire.flags & DONT_FILTER != 0;
-        req.dont_track = wire.flags & DONT_TRACK != 0;
-        req.dont_throttle = wire.flags & DONT_THROTTLE != 0;
-        if let Some(rest) = wire.rest {
-            if let Some(m) = rest.method {
-                req.method = Method::from_name(m);
-            }
-            req.scopes = rest.scopes.map(|s| {
-                s.into_iter()
-                    .map(|(scope, amount)| ScopeAmount {
-                        scope: Box::from(scope),
-                        amount,
-                    })
-                    .collect()
-            });
-            req.delay = rest.delay;
-            let extras = Extras {
-                headers: rest
-                    .headers
-                    .into_iter()
-                    .map(|(n, v)| (String::from(n), v.to_vec()))
-                    .collect(),
-                body: rest.body.to_vec(),
-                meta: rest.meta.to_vec(),
-            };
-            if !extras.is_empty() {
-                req.extras = Some(Box::new(extras));
-            }
-        }
-        Ok(req)
+        let (method, scopes, delay, extras) = match wire.rest {
+            None => (Method::Get, None, None, None),
+            Some(rest) => rare_fields(rest),
+        };
+        Ok(Request {
+            url,
+            method,
+            callback,
+            priority: wire.priority,
+            depth: wire.depth,
+            start: wire.flags & START != 0,
+            dont_filter: wire.flags & DONT_FILTER != 0,
+            dont_track: wire.flags & DONT_TRACK != 0,
+            dont_throttle: wire.flags & DONT_THROTTLE != 0,
+            scopes,
+            delay,
+            extras,
+        })
     }
+}
+
+/// A record's URL with its elided scheme and host put back.
+#[inline]
+fn join_url(scheme: &str, host: Option<&str>, rest: &str) -> Result<Box<str>, DecodeError> {
+    let host = host.filter(|h| !h.is_empty()).ok_or_else(no_host)?;
+    let mut url = String::with_capacity(scheme.len() + host.len() + rest.len());
+    url.push_str(scheme);
+    url.push_str(host);
+    url.push_str(rest);
+    Ok(url.into_boxed_str())
+}
+
+/// A request's rare fields: method, explicit scopes, delay, extras.
+type RareFields = (
+    Method,
+    Option<Vec<ScopeAmount>>,
+    Option<f64>,
+    Option<Box<Extras>>,
+);
+
+/// The fields of a record's [`Rest`], as a request holds them.
+#[inline(never)]
+fn rare_fields(rest: Rest<'_>) -> RareFields {
+    let method = rest.method.map_or(Method::Get, Method::from_name);
+    let scopes = rest.scopes.map(|s| {
+        s.into_iter()
+            .map(|(scope, amount)| ScopeAmount {
+                scope: Box::from(scope),
+                amount,
+            })
+            .collect()
+    });
+    let extras = Extras {
+        headers: rest
+            .headers
+            .into_iter()
+            .map(|(n, v)| (String::from(n), v.to_vec()))
+            .collect(),
+        body: rest.body.to_vec(),
+        meta: rest.meta.to_vec(),
+    };
+    let extras = (!extras.is_empty()).then(|| Box::new(extras));
+    (method, scopes, rest.delay, extras)
+}
+
+#[cold]
+fn version_error(bytes: &[u8]) -> DecodeError {
+    match bytes.first() {
+        None => DecodeError::new(DecodeErrorKind::Corrupt, "empty record".into()),
+        Some(&version) => DecodeError::new(
+            DecodeErrorKind::UnsupportedVersion(version),
+            alloc::format!(
+                "record format version {version} (this build reads version {FORMAT_VERSION})"
+            ),
+        ),
+    }
+}
+
+#[cold]
+fn unknown_flags(flags: u8) -> DecodeError {
+    DecodeError::new(
+        DecodeErrorKind::Corrupt,
+        alloc::format!("unknown flag bits {flags:#04x}"),
+    )
+}
+
+#[cold]
+fn unknown_callback(id: u32) -> DecodeError {
+    DecodeError::new(
+        DecodeErrorKind::UnknownCallback(id),
+        alloc::format!("callback number {id} is not in the callback table"),
+    )
+}
+
+#[cold]
+fn no_host() -> DecodeError {
+    DecodeError::new(
+        DecodeErrorKind::Corrupt,
+        "the record omits its host but no single-host group was given".into(),
+    )
 }
 
 /// Reads a record without rare fields (the common case) straight from its bytes, in
@@ -495,12 +534,28 @@ fn write_common_record(wire: &Wire<'_>, out: &mut Vec<u8>) {
 /// `bytes` as text, if they are valid UTF-8. A URL is nearly always ASCII, which is
 /// checked a word at a time; only other text goes through the full UTF-8 check.
 fn text(bytes: &[u8]) -> Option<&str> {
-    if bytes.is_ascii() {
+    if is_ascii(bytes) {
         #[allow(unsafe_code)]
         // SAFETY: every byte is below 0x80, and a sequence of ASCII bytes is valid UTF-8.
         Some(unsafe { core::str::from_utf8_unchecked(bytes) })
     } else {
         core::str::from_utf8(bytes).ok()
+    }
+}
+
+/// Whether every byte is below 0x80: the high bits of all eight-byte words OR-ed
+/// together, the last word read where it ends (overlapping the one before), so that a
+/// URL of any length takes one short loop and no byte-by-byte tail.
+#[inline]
+fn is_ascii(bytes: &[u8]) -> bool {
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let word = |w: &[u8]| u64::from_le_bytes(w.try_into().unwrap_or([0x80; 8]));
+    match bytes.len() {
+        0..8 => bytes.iter().fold(0, |acc, &b| acc | b) < 0x80,
+        n => {
+            let last = word(&bytes[n - 8..]);
+            bytes.chunks_exact(8).fold(last, |acc, w| acc | word(w)) & HIGH == 0
+        }
     }
 }
 
@@ -593,6 +648,22 @@ impl core::error::Error for DecodeError {}
 
 #[cfg(test)]
 mod tests {
+    proptest::proptest! {
+        /// The word-at-a-time check agrees with the standard library's, whatever the
+        /// length and wherever a high byte is.
+        #[test]
+        fn is_ascii_agrees_with_std(
+            bytes in proptest::collection::vec(0u8..0x80, 0..100),
+            high in proptest::option::of(0usize..100),
+        ) {
+            let mut bytes = bytes;
+            if let Some(at) = high.filter(|&at| at < bytes.len()) {
+                bytes[at] |= 0x80;
+            }
+            proptest::prop_assert_eq!(super::is_ascii(&bytes), bytes.is_ascii());
+        }
+    }
+
     use super::*;
     use alloc::vec;
     use proptest::prelude::*;

@@ -5,16 +5,16 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 
-use hashbrown::HashMap;
 use throttle_core::{
-    ConfigError, CrawlDelayDecision, HeldBackMonitor, Outcome, Permit, QuotaReconcile,
-    ScopeSnapshot, Settings, Throttler, Timestamp, secs_to_duration,
+    ConfigError, CrawlDelayDecision, HeldBackMonitor, Outcome, QuotaReconcile, ScopeSnapshot,
+    Settings, Throttler, Timestamp, secs_to_duration,
 };
 
 use crate::codec::{Codec, DecodeError, EncodeError};
 use crate::dupefilter::{DupeFilter, DupeFilterConfig, DupeFilterConfigError};
 use crate::fingerprint::{Fingerprint, Fingerprinter};
 use crate::group::{InvalidGroupKey, InvalidRequest, group_key};
+use crate::leases::{LeaseRecord, Leases};
 use crate::request::Request;
 use crate::scheduler::{Policy, SchedPoll, Scheduler};
 use crate::stats::FrontierStats;
@@ -144,62 +144,6 @@ impl<E: core::error::Error + 'static> core::error::Error for FrontierError<E> {
             FrontierError::Corrupt { source, .. } => Some(source),
             _ => None,
         }
-    }
-}
-
-struct LeaseRecord<H> {
-    group: u32,
-    permit: Permit,
-    handle: H,
-    priority: i32,
-    start: bool,
-    dont_track: bool,
-}
-
-/// The requests handed out and not yet completed or retried, by lease id. The records
-/// live in a slab whose slots are reused, and the map from id to slot holds small
-/// entries: with a million leases out it grows without moving the records.
-struct Leases<H> {
-    slots: HashMap<u64, u32>,
-    records: Vec<Option<LeaseRecord<H>>>,
-    free: Vec<u32>,
-}
-
-impl<H> Leases<H> {
-    fn new() -> Self {
-        Leases {
-            slots: HashMap::new(),
-            records: Vec::new(),
-            free: Vec::new(),
-        }
-    }
-
-    fn len(&self) -> usize {
-        self.slots.len()
-    }
-
-    fn insert(&mut self, seq: u64, record: LeaseRecord<H>) {
-        let slot = match self.free.pop() {
-            Some(slot) => {
-                self.records[slot as usize] = Some(record);
-                slot
-            }
-            None => {
-                self.records.push(Some(record));
-                (self.records.len() - 1) as u32
-            }
-        };
-        if let Some(old) = self.slots.insert(seq, slot) {
-            // A lease id is handed out once; should it come again, the older record goes.
-            self.records[old as usize] = None;
-            self.free.push(old);
-        }
-    }
-
-    fn remove(&mut self, seq: u64) -> Option<LeaseRecord<H>> {
-        let slot = self.slots.remove(&seq)?;
-        self.free.push(slot);
-        self.records[slot as usize].take()
     }
 }
 
@@ -489,15 +433,12 @@ impl<S: Store> Frontier<S> {
 
     /// The next request that may go out now, leased; or when to ask again.
     pub fn poll(&mut self, now: Timestamp) -> Result<Poll, FrontierError<S::Error>> {
-        let (seq, handle, group, permit, priority) =
-            match self.scheduler.poll(&mut self.throttler, now, true) {
-                SchedPoll::Ready {
-                    seq,
-                    handle,
-                    group,
-                    permit,
-                    priority,
-                } => (seq, handle, group, permit, priority),
+        let (seq, group, record) =
+            match self
+                .scheduler
+                .poll(&mut self.throttler, &mut self.leases, now, true)
+            {
+                SchedPoll::Ready { seq, group, record } => (seq, group, record),
                 SchedPoll::NotUntil(t) => return Ok(Poll::NotUntil(t)),
                 SchedPoll::Blocked => return Ok(Poll::Blocked),
                 SchedPoll::Empty => return Ok(Poll::Empty),
@@ -510,7 +451,7 @@ impl<S: Store> Frontier<S> {
         {
             self.store.prefetch(seq, handle);
         }
-        let decoded = match self.store.load(seq, &handle, &mut self.payload) {
+        let decoded = match self.store.load(seq, &record.handle, &mut self.payload) {
             Err(e) => Err(FrontierError::Store(e)),
             Ok(bytes) => self
                 .codec
@@ -520,24 +461,12 @@ impl<S: Store> Frontier<S> {
                     source,
                 }),
         };
-        let lease_mark = self.store.lease(seq, &handle);
-        let (start, dont_track) = match &decoded {
-            Ok(r) => (r.start, r.dont_track),
-            Err(_) => (false, false),
-        };
-        self.leases.insert(
-            seq,
-            LeaseRecord {
-                group,
-                permit,
-                handle,
-                priority,
-                start,
-                dont_track,
-            },
-        );
+        // The request is leased even if it cannot be read: completing it drops it.
+        let leased = self.store.lease(seq, &record.handle);
         let request = decoded?;
-        lease_mark.map_err(FrontierError::Store)?;
+        record.start = request.start;
+        record.dont_track = request.dont_track;
+        leased.map_err(FrontierError::Store)?;
         Ok(Poll::Ready(Lease {
             id: LeaseId(seq),
             request,
@@ -546,7 +475,10 @@ impl<S: Store> Frontier<S> {
 
     /// The request a [`poll`](Self::poll) at `now` would hand out, without leasing it.
     pub fn peek(&mut self, now: Timestamp) -> Result<Option<Request>, FrontierError<S::Error>> {
-        let group = match self.scheduler.poll(&mut self.throttler, now, false) {
+        let group = match self
+            .scheduler
+            .poll(&mut self.throttler, &mut self.leases, now, false)
+        {
             SchedPoll::Peeked { group, .. } => group,
             _ => return Ok(None),
         };

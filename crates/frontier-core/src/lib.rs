@@ -58,6 +58,7 @@ extern crate alloc;
 #[cfg(any(feature = "std", test))]
 extern crate std;
 
+mod blocks;
 mod buckets;
 mod codec;
 #[cfg(feature = "test-suite")]
@@ -66,6 +67,7 @@ mod dupefilter;
 mod fingerprint;
 mod frontier;
 mod group;
+mod leases;
 mod request;
 mod scheduler;
 mod scheduling;

@@ -30,8 +30,9 @@ use throttle_core::{
     Timestamp,
 };
 
-use crate::buckets::{BucketKey, Buckets, Entry, merge_sorted};
+use crate::buckets::{BucketKey, Buckets, Entry, EntryBlocks, merge_sorted};
 use crate::group::{InvalidGroupKey, parse_group_key};
+use crate::leases::{LeaseRecord, Leases};
 
 /// How the frontier chooses among groups that may send now.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -60,6 +61,7 @@ enum GroupState {
 /// memory to arrive in time at a few hundred nanoseconds per poll.
 const RECORD_AHEAD: usize = 6;
 const POINTEES_AHEAD: usize = 3;
+const SERVING_AHEAD: usize = 6;
 
 /// One scope of a group: its number in the scheduler, where its name is in the group
 /// key, the quota amount a request of the group consumes, and where the throttler keeps
@@ -206,16 +208,23 @@ fn amount_key(amount: f64) -> u16 {
     }
 }
 
+/// Everything of a rank but recency (see [`Rank::tier`]): priority, other requests
+/// before start requests, lower load, larger quota amount (`amount` is
+/// [`amount_key`]'s).
+#[inline]
+fn tier_key(priority: i32, class: u8, load: f64, amount: u16) -> u128 {
+    let priority = (i64::from(priority) - i64::from(i32::MIN)) as u128;
+    let other = u128::from(class == 0);
+    let load = u128::from(65_535 - (load.clamp(0.0, 1.0) * 65_535.0 + 0.5) as u32);
+    (priority << 33) | (other << 32) | (load << 16) | u128::from(amount)
+}
+
 impl Rank {
     /// `amount` is [`amount_key`]'s.
     fn new(priority: i32, class: u8, load: f64, amount: u16, last_served: u64, group: u32) -> Self {
-        let priority = (i64::from(priority) - i64::from(i32::MIN)) as u128;
-        let other = u128::from(class == 0);
-        let load = u128::from(65_535 - (load.clamp(0.0, 1.0) * 65_535.0 + 0.5) as u32);
-        let amount = u128::from(amount);
         let recent = u128::from((u64::MAX >> 1) - last_served.min(u64::MAX >> 1));
         Rank {
-            key: (priority << 96) | (other << 95) | (load << 79) | (amount << 63) | recent,
+            key: (tier_key(priority, class, load, amount) << 63) | recent,
             group: Reverse(group),
         }
     }
@@ -234,8 +243,8 @@ impl Rank {
 /// best to worst, each a round-robin queue ordered by when its groups were last served.
 /// Serving a group moves it to the back of its tier, so a poll costs O(1) plus a lookup
 /// among the few tiers (a heap over all groups would cost a cache miss per level). The
-/// best tier is kept apart from the others: a served group usually goes back to it, and
-/// then no tree is searched.
+/// best tier is kept apart from the others, even while empty: a served group usually
+/// goes back to it, and then no tree is searched.
 #[derive(Default)]
 struct Tiers {
     best: Option<(u128, TierQueue)>,
@@ -365,8 +374,22 @@ impl TierQueue {
 
 impl Tiers {
     fn push(&mut self, rank: Rank, last_served: u64, epoch: u32) {
-        let entry = (last_served, rank.group(), epoch);
-        let tier = rank.tier();
+        self.push_entry(rank.tier(), (last_served, rank.group(), epoch));
+    }
+
+    /// Queues a group just served (`entry.0` is the newest tick: it goes behind every
+    /// entry of its tier). Usually the group stays in the best tier it was taken from,
+    /// and then this is one push at the back of its run.
+    #[inline]
+    fn push_served(&mut self, tier: u128, entry: TierEntry) {
+        match &mut self.best {
+            Some((t, q)) if *t == tier => q.run.push_back(entry),
+            _ => self.push_entry(tier, entry),
+        }
+    }
+
+    #[inline(never)]
+    fn push_entry(&mut self, tier: u128, entry: TierEntry) {
         let queue = match &mut self.best {
             Some((t, q)) if *t == tier => q,
             Some((t, _)) if *t > tier => {
@@ -376,9 +399,14 @@ impl Tiers {
                     .or_insert_with(|| spare.pop().unwrap_or_default())
             }
             best => {
-                // A new best tier: the old one goes back among the others.
-                if let Some((t, q)) = best.take() {
-                    self.rest.insert(Reverse(t), q);
+                // A new best tier: the old one goes back among the others (or, left
+                // empty by a pop, among the spares).
+                match best.take() {
+                    Some((_, q)) if q.is_empty() => self.spare.push(q),
+                    Some((t, q)) => {
+                        self.rest.insert(Reverse(t), q);
+                    }
+                    None => {}
                 }
                 let queue = self.spare.pop().unwrap_or_default();
                 &mut best.insert((tier, queue)).1
@@ -395,18 +423,27 @@ impl Tiers {
         queue.get(n).map(|(_, group, _)| group)
     }
 
-    /// The best entry: (tier, group, epoch).
+    /// The best entry: (tier, group, epoch). The best tier stays in place when this
+    /// empties it: the group just taken usually comes back to it (with few groups, to
+    /// an empty queue each time), and a pop that finds it empty moves the next tier up.
+    #[inline]
     fn pop(&mut self) -> Option<(u128, u32, u32)> {
-        let (tier, queue) = self.best.as_mut()?;
-        let tier = *tier;
-        let (_, group, epoch) = queue.pop_front()?;
-        if queue.is_empty() {
-            let next = self.rest.pop_first().map(|(Reverse(t), q)| (t, q));
-            if let Some((_, emptied)) = core::mem::replace(&mut self.best, next) {
-                self.spare.push(emptied);
+        loop {
+            let (tier, queue) = self.best.as_mut()?;
+            if let Some((_, group, epoch)) = queue.pop_front() {
+                return Some((*tier, group, epoch));
             }
+            self.next_best();
         }
-        Some((tier, group, epoch))
+    }
+
+    /// The best tier is empty: the next one takes its place.
+    #[inline(never)]
+    fn next_best(&mut self) {
+        let next = self.rest.pop_first().map(|(Reverse(t), q)| (t, q));
+        if let Some((_, emptied)) = core::mem::replace(&mut self.best, next) {
+            self.spare.push(emptied);
+        }
     }
 }
 
@@ -443,14 +480,12 @@ enum Candidates {
 }
 
 /// What [`Scheduler::poll`] found.
-pub(crate) enum SchedPoll<H> {
-    /// Reserved and taken out of its group.
+pub(crate) enum SchedPoll<'l, H> {
+    /// Reserved, taken out of its group and recorded as leased.
     Ready {
         seq: u64,
-        handle: H,
         group: u32,
-        permit: Permit,
-        priority: i32,
+        record: &'l mut LeaseRecord<H>,
     },
     /// What a reserving poll at the same instant would return.
     Peeked {
@@ -466,6 +501,8 @@ pub(crate) struct Scheduler<H> {
     order: QueueOrder,
     start_order: StartOrder,
     groups: Vec<Group<H>>,
+    /// What every group's queues are made of.
+    blocks: EntryBlocks<H>,
     free_groups: Vec<u32>,
     by_key: HashMap<Arc<str>, u32>,
     scopes: Vec<ScopeSlot>,
@@ -488,6 +525,7 @@ impl<H> Scheduler<H> {
             order,
             start_order,
             groups: Vec::new(),
+            blocks: EntryBlocks::default(),
             free_groups: Vec::new(),
             by_key: HashMap::new(),
             scopes: Vec::new(),
@@ -685,8 +723,11 @@ impl<H> Scheduler<H> {
     fn enqueue(&mut self, group: u32, seq: u64, handle: H, priority: i32, class: u8) {
         let old_head = self.head_key(group);
         let g = &mut self.groups[group as usize];
-        g.buckets
-            .push((Reverse(priority), class), Entry { seq, handle });
+        g.buckets.push(
+            &mut self.blocks,
+            (Reverse(priority), class),
+            Entry { seq, handle },
+        );
         g.len += 1;
         self.queued += 1;
         let head_changed = self.head_key(group) != old_head;
@@ -788,10 +829,16 @@ impl<H> Scheduler<H> {
 
     /// Gives `scope`'s best parked group a chance if the scope's own gates allow a send
     /// now; otherwise arms the scope's timer (or leaves it to a completion if it is full).
+    #[inline]
     fn rearm(&mut self, scope: u32, throttler: &mut Throttler, now: Timestamp) {
-        if self.parked_len[scope as usize] == 0 {
-            return;
+        if self.parked_len[scope as usize] != 0 {
+            self.rearm_parked(scope, throttler, now);
         }
+    }
+
+    /// [`rearm`](Self::rearm) of a scope with parked groups.
+    #[inline(never)]
+    fn rearm_parked(&mut self, scope: u32, throttler: &mut Throttler, now: Timestamp) {
         let Some(best) = self.best_parked(scope, throttler) else {
             return;
         };
@@ -842,9 +889,12 @@ impl<H> Scheduler<H> {
     /// time they get there: the group record [`RECORD_AHEAD`] polls ahead, then what the
     /// record points to (its throttler states, its key and its head request)
     /// [`POINTEES_AHEAD`] polls ahead, once the record has arrived. At thousands of
-    /// groups this turns a chain of cache misses per poll into loads that overlap; with
-    /// few groups everything is in the cache anyway and it costs a few instructions.
-    fn prefetch_ahead(&self, throttler: &Throttler) {
+    /// groups this turns a chain of cache misses per poll into loads that overlap. With
+    /// fewer groups than that in the tier, the polls ahead come back to `serving` (the
+    /// group being served now): the request [`POINTEES_AHEAD`] places down its queue is
+    /// loaded instead, which a queue spread over blocks needs to be read at the pace of a
+    /// contiguous one.
+    fn prefetch_ahead(&self, throttler: &Throttler, serving: u32) {
         let Candidates::Ranked(tiers) = &self.candidates else {
             return;
         };
@@ -855,10 +905,17 @@ impl<H> Scheduler<H> {
         {
             throttle_core::prefetch(g);
         }
-        if let Some(g) = tiers
-            .upcoming(POINTEES_AHEAD)
-            .and_then(|g| groups.get(g as usize))
-        {
+        let Some(g) = tiers.upcoming(POINTEES_AHEAD) else {
+            if let Some(g) = groups.get(serving as usize) {
+                g.buckets.prefetch_nth(
+                    &self.blocks,
+                    self.head_lifo(g.buckets.first_key()),
+                    SERVING_AHEAD,
+                );
+            }
+            return;
+        };
+        if let Some(g) = groups.get(g as usize) {
             match &g.scopes {
                 Scopes::One(s) => throttler.prefetch_hint(&s.hint),
                 Scopes::Many(scopes) => {
@@ -872,7 +929,8 @@ impl<H> Scheduler<H> {
             if let Some(k) = g.key.as_bytes().first() {
                 throttle_core::prefetch(k);
             }
-            g.buckets.prefetch(self.head_lifo(g.buckets.first_key()));
+            g.buckets
+                .prefetch(&self.blocks, self.head_lifo(g.buckets.first_key()));
         }
     }
 
@@ -927,12 +985,13 @@ impl<H> Scheduler<H> {
     /// Selects the next request. With `reserve`, takes it out of its group with a permit;
     /// without, only shows it (`peek`): a reserving poll at the same instant returns the
     /// same request.
-    pub(crate) fn poll(
+    pub(crate) fn poll<'l>(
         &mut self,
         throttler: &mut Throttler,
+        leases: &'l mut Leases<H>,
         now: Timestamp,
         reserve: bool,
-    ) -> SchedPoll<H> {
+    ) -> SchedPoll<'l, H> {
         self.handle_events(throttler, now);
         while self.queued > 0 {
             let global_full = throttler.in_flight() >= throttler.settings().concurrent_requests;
@@ -945,7 +1004,7 @@ impl<H> Scheduler<H> {
             } else {
                 match self.pop_candidate(throttler) {
                     Some(g) => {
-                        self.prefetch_ahead(throttler);
+                        self.prefetch_ahead(throttler, g);
                         g
                     }
                     None => break,
@@ -967,18 +1026,12 @@ impl<H> Scheduler<H> {
                         Scopes::Many(_) => throttler.permit_load(&permit),
                     };
                     let woken_by = g.woken_by.take();
-                    let (seq, handle, priority) = self.take_head(group);
+                    let (seq, record) = self.take_head(group, permit, leases);
                     if let Some(s) = woken_by {
                         // The scope may allow more: let its next parked group try.
                         self.rearm(s, throttler, now);
                     }
-                    return SchedPoll::Ready {
-                        seq,
-                        handle,
-                        group,
-                        permit,
-                        priority,
-                    };
+                    return SchedPoll::Ready { seq, group, record };
                 }
                 Ok(None) => {
                     let woken = self.groups[group as usize].woken_by;
@@ -1091,27 +1144,54 @@ impl<H> Scheduler<H> {
     }
 
     /// The entry `g` hands out next (what [`take_head`](Self::take_head) takes).
-    fn head<'g>(&self, g: &'g Group<H>) -> Option<&'g Entry<H>> {
-        g.buckets.peek(self.head_lifo(g.buckets.first_key()))
+    fn head<'g>(&'g self, g: &'g Group<H>) -> Option<&'g Entry<H>> {
+        g.buckets
+            .peek(&self.blocks, self.head_lifo(g.buckets.first_key()))
     }
 
-    /// Takes the head request out of a candidate group that just got a permit.
-    fn take_head(&mut self, group: u32) -> (u64, H, i32) {
+    /// Takes the head request out of a candidate group that just got `permit`, into a
+    /// new lease record.
+    fn take_head<'l>(
+        &mut self,
+        group: u32,
+        permit: Permit,
+        leases: &'l mut Leases<H>,
+    ) -> (u64, &'l mut LeaseRecord<H>) {
         self.tick += 1;
         let tick = self.tick;
         let lifo = self.head_lifo(self.head_key(group));
         let g = &mut self.groups[group as usize];
-        let (key, e) = g.buckets.take(lifo).expect("a candidate has requests");
+        let (key, e) = g
+            .buckets
+            .take(&mut self.blocks, lifo)
+            .expect("a candidate has requests");
         g.len -= 1;
         g.active += 1;
         g.last_served = tick;
         self.queued -= 1;
-        if self.groups[group as usize].len > 0 {
-            self.make_candidate(group, None);
+        if g.len == 0 {
+            g.state = GroupState::Idle;
+        } else if let Candidates::Ranked(tiers) = &mut self.candidates {
+            // Back into its tier, behind every group there (it is the one served last).
+            let (Reverse(priority), class) =
+                g.buckets.first_key().unwrap_or((Reverse(i32::MIN), 1));
+            g.epoch = g.epoch.wrapping_add(1);
+            g.state = GroupState::Candidate;
+            g.woken_by = None;
+            let tier = tier_key(priority, class, g.load, g.amount);
+            tiers.push_served(tier, (tick, group, g.epoch));
         } else {
-            self.groups[group as usize].state = GroupState::Idle;
+            self.make_candidate(group, None);
         }
-        (e.seq, e.handle, key.0.0)
+        let record = LeaseRecord {
+            group,
+            permit,
+            priority: key.0.0,
+            start: false,
+            dont_track: false,
+            handle: e.handle,
+        };
+        (e.seq, leases.insert(e.seq, record))
     }
 
     /// A leased request of `group` ended (completed or put back), leaving its busiest
@@ -1137,9 +1217,14 @@ impl<H> Scheduler<H> {
             let woken = g.woken_by;
             self.make_candidate(group, woken);
         }
-        for i in 0..self.groups[group as usize].scopes.as_slice().len() {
-            let s = self.groups[group as usize].scopes.as_slice()[i].id;
+        if let Scopes::One(s) = &self.groups[group as usize].scopes {
+            let s = s.id;
             self.rearm(s, throttler, now);
+        } else {
+            for i in 0..self.groups[group as usize].scopes.as_slice().len() {
+                let s = self.groups[group as usize].scopes.as_slice()[i].id;
+                self.rearm(s, throttler, now);
+            }
         }
         self.collect(group);
     }
@@ -1152,12 +1237,18 @@ impl<H> Scheduler<H> {
     }
 
     /// Drops a group that holds nothing any more.
+    #[inline]
     fn collect(&mut self, group: u32) {
         let g = &self.groups[group as usize];
-        if !g.live || g.len > 0 || g.delayed > 0 || g.active > 0 || g.state != GroupState::Idle {
-            return;
+        if g.live && g.len == 0 && g.delayed == 0 && g.active == 0 && g.state == GroupState::Idle {
+            self.drop_group(group);
         }
-        let key = g.key.clone();
+    }
+
+    /// [`collect`](Self::collect) of a group that holds nothing.
+    #[inline(never)]
+    fn drop_group(&mut self, group: u32) {
+        let key = self.groups[group as usize].key.clone();
         self.by_key.remove(&key);
         let g = &mut self.groups[group as usize];
         g.live = false;

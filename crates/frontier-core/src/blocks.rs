@@ -1,0 +1,490 @@
+//! Storage for queued requests: fixed-size blocks shared by every queue of a scheduler
+//! and recycled through a free list.
+//!
+//! A queue ([`Run`]) is a chain of blocks: it grows by taking a block, never by moving
+//! its entries, and a block that empties goes back on the free list, where the next
+//! queue that grows takes it (the most recently freed first, while it is still in the
+//! cache). So the steady flow of a crawl, requests queued at some hosts while others
+//! drain, costs no allocator call at all, where a buffer per queue paid a reallocation
+//! each time a queue doubled and a free each time one emptied.
+//!
+//! Giving a block back touches nothing but the top of the free list and a per-page
+//! count: the block itself, cold by then, is left alone (its links are reset when it is
+//! taken again). Blocks are carved from pages of [`PAGE`] blocks. When the free list
+//! has grown by half since the last sweep, or every block is free, a sweep gives every
+//! page whose blocks are all free (but two) back to the allocator, if the free blocks
+//! outnumber a quarter of those in use: memory follows the queues down when they drain.
+//! A sweep costs O(free list + pages) and comes after at least a third of that many
+//! blocks were given back, so sweeping stays O(1) amortized per block.
+
+use alloc::boxed::Box;
+use alloc::vec::Vec;
+use core::mem::ManuallyDrop;
+
+/// Entries per block: seven 64-byte slots and the links fill eight cache lines.
+pub(crate) const BLOCK: usize = 7;
+/// Blocks per page (32 KiB of volatile-store requests).
+pub(crate) const PAGE: usize = 64;
+const NIL: u32 = u32::MAX;
+
+/// Seven entries and the links of the chain they are in, aligned so that 64-byte
+/// entries each sit in one cache line.
+#[repr(align(64))]
+struct Block<T> {
+    slots: [Option<T>; BLOCK],
+    next: u32,
+    prev: u32,
+}
+
+impl<T> Block<T> {
+    fn new() -> Self {
+        Block {
+            slots: core::array::from_fn(|_| None),
+            next: NIL,
+            prev: NIL,
+        }
+    }
+}
+
+/// `ManuallyDrop`: a page is given back only once all its slots are empty, and then
+/// freeing it must not read its 32 KiB again to find nothing to drop. What is still
+/// queued when the blocks go is dropped by [`Blocks`]' own `Drop`.
+type Page<T> = Box<[ManuallyDrop<Block<T>>]>;
+
+/// The blocks of one scheduler's queues.
+pub(crate) struct Blocks<T> {
+    /// Pages by number; `None` once given back.
+    pages: Vec<Option<Page<T>>>,
+    /// Blocks in use per page.
+    used_in: Vec<u16>,
+    /// Free blocks, the next to hand out last.
+    free: Vec<u32>,
+    /// Numbers of pages given back, for the next new page.
+    vacant: Vec<u32>,
+    used: usize,
+    /// The free list's length that starts the next sweep.
+    sweep_at: usize,
+}
+
+impl<T> Default for Blocks<T> {
+    fn default() -> Self {
+        Blocks {
+            pages: Vec::new(),
+            used_in: Vec::new(),
+            free: Vec::new(),
+            vacant: Vec::new(),
+            used: 0,
+            sweep_at: 4 * PAGE,
+        }
+    }
+}
+
+impl<T> Drop for Blocks<T> {
+    fn drop(&mut self) {
+        for page in self.pages.iter_mut().flatten() {
+            for block in page.iter_mut() {
+                block.slots.iter_mut().for_each(|slot| drop(slot.take()));
+            }
+        }
+    }
+}
+
+impl<T> Blocks<T> {
+    /// Blocks in use by queues.
+    #[cfg(test)]
+    pub(crate) fn used(&self) -> usize {
+        self.used
+    }
+
+    /// Blocks allocated (in use or free), in pages not given back.
+    #[cfg(test)]
+    pub(crate) fn allocated(&self) -> usize {
+        self.pages.iter().flatten().count() * PAGE
+    }
+
+    #[inline]
+    fn block(&self, id: u32) -> &Block<T> {
+        let page = self.pages[id as usize / PAGE]
+            .as_ref()
+            .expect("a block in use is in a live page");
+        &page[id as usize % PAGE]
+    }
+
+    #[inline]
+    fn block_mut(&mut self, id: u32) -> &mut Block<T> {
+        let page = self.pages[id as usize / PAGE]
+            .as_mut()
+            .expect("a block in use is in a live page");
+        &mut page[id as usize % PAGE]
+    }
+
+    /// A free block, empty and unlinked: the one freed last.
+    #[inline]
+    fn take(&mut self) -> u32 {
+        let id = match self.free.pop() {
+            Some(id) => id,
+            None => self.new_page(),
+        };
+        self.used_in[id as usize / PAGE] += 1;
+        self.used += 1;
+        let block = self.block_mut(id);
+        debug_assert!(block.slots.iter().all(Option::is_none));
+        block.next = NIL;
+        block.prev = NIL;
+        id
+    }
+
+    /// Adds a page; returns its first block (the others go on the free list).
+    #[inline(never)]
+    fn new_page(&mut self) -> u32 {
+        let page: Page<T> = (0..PAGE).map(|_| ManuallyDrop::new(Block::new())).collect();
+        let p = match self.vacant.pop() {
+            Some(p) => {
+                self.pages[p as usize] = Some(page);
+                p
+            }
+            None => {
+                self.pages.push(Some(page));
+                self.used_in.push(0);
+                (self.pages.len() - 1) as u32
+            }
+        };
+        assert!(
+            (p as usize + 1) * PAGE < NIL as usize,
+            "more queue blocks than block numbers"
+        );
+        let first = p * PAGE as u32;
+        self.free.extend((first + 1..first + PAGE as u32).rev());
+        first
+    }
+
+    /// Takes back a block whose slots are all empty (without touching it).
+    #[inline]
+    fn give(&mut self, id: u32) {
+        self.used_in[id as usize / PAGE] -= 1;
+        self.used -= 1;
+        self.free.push(id);
+        if self.free.len() >= self.sweep_at || (self.used == 0 && self.free.len() > 2 * PAGE) {
+            self.sweep();
+        }
+    }
+
+    /// Gives back the pages whose blocks are all free (but two), if the free list is
+    /// large next to the blocks in use. The next sweep waits until half as many blocks
+    /// again have been given back, or until every block is free.
+    #[inline(never)]
+    fn sweep(&mut self) {
+        if self.free.len() > 2 * PAGE + self.used / 4 {
+            let mut keep = 2;
+            for (p, used) in self.used_in.iter().enumerate() {
+                if *used == 0 && self.pages[p].is_some() {
+                    if keep > 0 {
+                        keep -= 1;
+                    } else {
+                        self.pages[p] = None;
+                        self.vacant.push(p as u32);
+                    }
+                }
+            }
+            let pages = &self.pages;
+            self.free.retain(|&id| pages[id as usize / PAGE].is_some());
+        }
+        self.sweep_at = self.free.len() + (self.free.len() / 2).max(4 * PAGE);
+    }
+
+    /// Starts loading the slot at `at` of block `id` into the cache, and the block's
+    /// links if that is the block's last slot (the next take reads them).
+    #[inline]
+    fn prefetch(&self, id: u32, at: u8) {
+        if let Some(Some(page)) = self.pages.get(id as usize / PAGE)
+            && let Some(block) = page.get(id as usize % PAGE)
+            && let Some(slot) = block.slots.get(usize::from(at))
+        {
+            throttle_core::prefetch(slot);
+            if usize::from(at) == BLOCK - 1 || at == 0 {
+                throttle_core::prefetch(&block.next);
+            }
+        }
+    }
+}
+
+/// Entries in order in a chain of blocks: pushed at the back, taken from either end.
+#[derive(Debug)]
+pub(crate) struct Run {
+    head: u32,
+    tail: u32,
+    /// The first entry's slot in the head block.
+    start: u8,
+    /// One past the last entry's slot in the tail block.
+    end: u8,
+    len: u32,
+}
+
+impl Default for Run {
+    fn default() -> Self {
+        Run {
+            head: NIL,
+            tail: NIL,
+            start: 0,
+            end: 0,
+            len: 0,
+        }
+    }
+}
+
+impl Run {
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    #[inline]
+    pub(crate) fn push_back<T>(&mut self, blocks: &mut Blocks<T>, value: T) {
+        if self.len == 0 {
+            let b = blocks.take();
+            *self = Run {
+                head: b,
+                tail: b,
+                start: 0,
+                end: 0,
+                len: 0,
+            };
+        } else if usize::from(self.end) == BLOCK {
+            let b = blocks.take();
+            blocks.block_mut(self.tail).next = b;
+            blocks.block_mut(b).prev = self.tail;
+            self.tail = b;
+            self.end = 0;
+        }
+        blocks.block_mut(self.tail).slots[usize::from(self.end)] = Some(value);
+        self.end += 1;
+        self.len += 1;
+    }
+
+    #[inline]
+    pub(crate) fn pop_front<T>(&mut self, blocks: &mut Blocks<T>) -> Option<T> {
+        if self.len == 0 {
+            return None;
+        }
+        let head = self.head;
+        let value = blocks.block_mut(head).slots[usize::from(self.start)].take();
+        self.start += 1;
+        self.len -= 1;
+        if self.len == 0 {
+            blocks.give(head);
+            *self = Run::default();
+        } else if usize::from(self.start) == BLOCK {
+            self.head = blocks.block(head).next;
+            self.start = 0;
+            blocks.give(head);
+        }
+        value
+    }
+
+    #[inline]
+    pub(crate) fn pop_back<T>(&mut self, blocks: &mut Blocks<T>) -> Option<T> {
+        if self.len == 0 {
+            return None;
+        }
+        let tail = self.tail;
+        self.end -= 1;
+        let value = blocks.block_mut(tail).slots[usize::from(self.end)].take();
+        self.len -= 1;
+        if self.len == 0 {
+            blocks.give(tail);
+            *self = Run::default();
+        } else if self.end == 0 {
+            self.tail = blocks.block(tail).prev;
+            self.end = BLOCK as u8;
+            blocks.give(tail);
+        }
+        value
+    }
+
+    #[inline]
+    pub(crate) fn front<'b, T>(&self, blocks: &'b Blocks<T>) -> Option<&'b T> {
+        if self.len == 0 {
+            return None;
+        }
+        blocks.block(self.head).slots[usize::from(self.start)].as_ref()
+    }
+
+    #[inline]
+    pub(crate) fn back<'b, T>(&self, blocks: &'b Blocks<T>) -> Option<&'b T> {
+        if self.len == 0 {
+            return None;
+        }
+        blocks.block(self.tail).slots[usize::from(self.end) - 1].as_ref()
+    }
+
+    /// Starts loading the entry at the front (or, with `back`, the back) into the cache.
+    #[inline]
+    pub(crate) fn prefetch<T>(&self, blocks: &Blocks<T>, back: bool) {
+        if self.len == 0 {
+        } else if back {
+            blocks.prefetch(self.tail, self.end - 1);
+        } else {
+            blocks.prefetch(self.head, self.start);
+        }
+    }
+
+    /// Starts loading the entry `n` places behind the front (or, with `back`, before the
+    /// back), if it is in the end block or the one next to it.
+    #[inline]
+    pub(crate) fn prefetch_nth<T>(&self, blocks: &Blocks<T>, back: bool, n: usize) {
+        if n >= self.len() {
+            return;
+        }
+        if back {
+            let end = usize::from(self.end);
+            if n < end {
+                blocks.prefetch(self.tail, (end - 1 - n) as u8);
+            } else if n - end < BLOCK {
+                blocks.prefetch(blocks.block(self.tail).prev, (BLOCK - 1 - (n - end)) as u8);
+            }
+        } else {
+            let at = usize::from(self.start) + n;
+            if at < BLOCK {
+                blocks.prefetch(self.head, at as u8);
+            } else if at - BLOCK < BLOCK {
+                blocks.prefetch(blocks.block(self.head).next, (at - BLOCK) as u8);
+            }
+        }
+    }
+
+    /// Takes every entry out, in order (its blocks go back).
+    pub(crate) fn take_all<T>(&mut self, blocks: &mut Blocks<T>) -> Vec<T> {
+        let mut out = Vec::with_capacity(self.len());
+        while let Some(v) = self.pop_front(blocks) {
+            out.push(v);
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::collections::VecDeque;
+    use proptest::prelude::*;
+
+    #[test]
+    fn a_block_of_volatile_entries_is_eight_cache_lines() {
+        assert_eq!(
+            core::mem::size_of::<Block<crate::buckets::Entry<crate::Payload>>>(),
+            8 * 64
+        );
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Push(usize, u32),
+        PopFront(usize),
+        PopBack(usize),
+    }
+
+    proptest! {
+        /// Several runs over one set of blocks behave like as many deques, and every
+        /// block is back once they are empty.
+        #[test]
+        fn runs_behave_like_deques(
+            ops in prop::collection::vec(
+                prop_oneof![
+                    4 => (0usize..4, any::<u32>()).prop_map(|(q, v)| Op::Push(q, v)),
+                    2 => (0usize..4).prop_map(Op::PopFront),
+                    2 => (0usize..4).prop_map(Op::PopBack),
+                ],
+                1..2000,
+            ),
+        ) {
+            let mut blocks: Blocks<u32> = Blocks::default();
+            let mut runs: [Run; 4] = Default::default();
+            let mut model: [VecDeque<u32>; 4] = Default::default();
+            for op in ops {
+                match op {
+                    Op::Push(q, v) => {
+                        runs[q].push_back(&mut blocks, v);
+                        model[q].push_back(v);
+                    }
+                    Op::PopFront(q) => {
+                        prop_assert_eq!(runs[q].front(&blocks).copied(), model[q].front().copied());
+                        prop_assert_eq!(runs[q].pop_front(&mut blocks), model[q].pop_front());
+                    }
+                    Op::PopBack(q) => {
+                        prop_assert_eq!(runs[q].back(&blocks).copied(), model[q].back().copied());
+                        prop_assert_eq!(runs[q].pop_back(&mut blocks), model[q].pop_back());
+                    }
+                }
+                for (r, m) in runs.iter().zip(&model) {
+                    prop_assert_eq!(r.len(), m.len());
+                    let n = blocks.block_count_of(r);
+                    prop_assert_eq!(n == 0, m.is_empty());
+                    prop_assert!(n <= m.len().div_ceil(BLOCK) + 1, "{} blocks for {}", n, m.len());
+                }
+                let in_runs: usize = runs.iter().map(|r| blocks.block_count_of(r)).sum();
+                prop_assert_eq!(blocks.used(), in_runs);
+            }
+            for (r, m) in runs.iter_mut().zip(&mut model) {
+                let all: Vec<u32> = m.drain(..).collect();
+                prop_assert_eq!(r.take_all(&mut blocks), all);
+            }
+            prop_assert_eq!(blocks.used(), 0);
+            prop_assert!(blocks.allocated() <= 3 * PAGE);
+        }
+    }
+
+    impl<T> Blocks<T> {
+        /// Blocks in `run`'s chain, counted by walking it.
+        fn block_count_of(&self, run: &Run) -> usize {
+            if run.is_empty() {
+                return 0;
+            }
+            let (mut n, mut b) = (1, run.head);
+            while b != run.tail {
+                b = self.block(b).next;
+                n += 1;
+            }
+            n
+        }
+    }
+
+    /// Entries still queued when the blocks go are dropped with them.
+    #[test]
+    fn queued_entries_are_dropped_with_the_blocks() {
+        let counter = alloc::rc::Rc::new(());
+        let mut blocks: Blocks<alloc::rc::Rc<()>> = Blocks::default();
+        let mut run = Run::default();
+        for _ in 0..100 {
+            run.push_back(&mut blocks, counter.clone());
+        }
+        drop(run.pop_front(&mut blocks));
+        assert_eq!(alloc::rc::Rc::strong_count(&counter), 100);
+        drop(blocks);
+        assert_eq!(alloc::rc::Rc::strong_count(&counter), 1);
+    }
+
+    /// A drained set of queues gives its pages back (all but the two kept at hand).
+    #[test]
+    fn pages_go_back_when_queues_drain() {
+        let mut blocks: Blocks<u64> = Blocks::default();
+        let mut runs: Vec<Run> = (0..100).map(|_| Run::default()).collect();
+        for i in 0..100_000u64 {
+            runs[(i % 100) as usize].push_back(&mut blocks, i);
+        }
+        assert!(blocks.allocated() >= 100_000 / BLOCK);
+        for r in &mut runs {
+            while r.pop_front(&mut blocks).is_some() {}
+        }
+        assert_eq!(blocks.used(), 0);
+        assert!(
+            blocks.allocated() <= 3 * PAGE,
+            "{} blocks kept",
+            blocks.allocated()
+        );
+    }
+}
