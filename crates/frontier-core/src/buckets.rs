@@ -15,7 +15,7 @@ use alloc::collections::{BTreeMap, VecDeque};
 use alloc::vec::Vec;
 use core::cmp::Reverse;
 
-use crate::blocks::{Blocks, Run};
+use crate::blocks::{Blocks, POOLS, Run};
 
 /// Within a group: highest priority first, then class 0 (others) before class 1 (start).
 pub(crate) type BucketKey = (Reverse<i32>, u8);
@@ -49,6 +49,8 @@ const SORTED_MAX: usize = 64;
 #[derive(Debug)]
 struct Queue<H> {
     run: Run,
+    /// The pool of blocks its run takes from (see [`pool_of`]).
+    pool: u8,
     /// Never empty when present (a pointer when absent: queues are many).
     #[allow(
         clippy::box_collection,
@@ -57,13 +59,24 @@ struct Queue<H> {
     late: Option<Box<BTreeMap<u64, Entry<H>>>>,
 }
 
-impl<H> Default for Queue<H> {
-    fn default() -> Self {
+impl<H> Queue<H> {
+    fn new(key: BucketKey) -> Self {
         Queue {
             run: Run::default(),
+            pool: pool_of(key),
             late: None,
         }
     }
+}
+
+/// The pool of blocks of a key's queues: one per priority and class (modulo the
+/// pools), so that the queues a round of polls serves one after the other, the same
+/// priority at other hosts, were carved from the same pages in the order they grew.
+fn pool_of((Reverse(priority), class): BucketKey) -> u8 {
+    ((priority as u32)
+        .wrapping_mul(2)
+        .wrapping_add(u32::from(class))
+        % POOLS as u32) as u8
 }
 
 impl<H> Queue<H> {
@@ -81,7 +94,7 @@ impl<H> Queue<H> {
     fn push(&mut self, blocks: &mut EntryBlocks<H>, entry: Entry<H>) {
         match self.run.back(blocks) {
             Some(last) if last.seq > entry.seq => self.push_late(blocks, entry),
-            _ => self.run.push_back(blocks, entry),
+            _ => self.run.push_back(blocks, self.pool.into(), entry),
         }
     }
 
@@ -95,7 +108,7 @@ impl<H> Queue<H> {
             let at = run.partition_point(|e| e.seq < twin.seq);
             run.insert(at, twin);
             for e in run {
-                self.run.push_back(blocks, e);
+                self.run.push_back(blocks, self.pool.into(), e);
             }
         }
     }
@@ -184,12 +197,13 @@ impl<H> Queue<H> {
             return;
         };
         let old = self.run.take_all(blocks);
+        let pool = self.pool.into();
         merge_in_order(
             old.into_iter(),
             late.into_values(),
             |l, r| l.seq < r.seq,
             |e| {
-                self.run.push_back(blocks, e);
+                self.run.push_back(blocks, pool, e);
             },
         );
     }
@@ -268,13 +282,13 @@ impl<H> Rest<H> {
                 let at = match v.binary_search_by(|(k, _)| key.cmp(k)) {
                     Ok(at) => at,
                     Err(at) => {
-                        v.insert(at, (key, Queue::default()));
+                        v.insert(at, (key, Queue::new(key)));
                         at
                     }
                 };
                 &mut v[at].1
             }
-            Rest::Tree(t) => t.entry(key).or_default(),
+            Rest::Tree(t) => t.entry(key).or_insert_with(|| Queue::new(key)),
         }
     }
 
@@ -331,7 +345,7 @@ impl<H> Buckets<H> {
                 if let Some((k, q)) = head.take() {
                     self.rest.insert(k, q);
                 }
-                &mut head.insert((key, Queue::default())).1
+                &mut head.insert((key, Queue::new(key))).1
             }
         };
         queue.push(blocks, entry);
