@@ -67,7 +67,7 @@ impl Lru {
         }
     }
 
-    /// Starts loading slot `i`'s links into the CPU cache (see [`crate::prefetch`]).
+    /// Starts loading slot `i`'s links into the CPU cache (see [`crate::prefetch()`]).
     #[inline]
     pub(crate) fn prefetch(&self, i: u32) {
         if let Some(l) = self.links.get(i as usize) {
