@@ -325,21 +325,10 @@ impl Codec {
     /// reference the hand-written reader of [`common_record`] is checked against).
     #[cfg(test)]
     fn decode_by_postcard(&self, bytes: &[u8], host: Option<&str>) -> Result<Request, DecodeError> {
-        let (&version, body) = bytes
-            .split_first()
-            .ok_or_else(|| DecodeError::new(DecodeErrorKind::Corrupt, "empty record".into()))?;
-        if version != FORMAT_VERSION {
-            return Err(DecodeError::new(
-                DecodeErrorKind::UnsupportedVersion(version),
-                String::new(),
-            ));
+        match bytes.split_first() {
+            Some((&FORMAT_VERSION, body)) => self.decode_rare(body, host),
+            _ => Err(version_error(bytes)),
         }
-        let (wire, tail): (Wire<'_>, &[u8]) = postcard::take_from_bytes(body)
-            .map_err(|e| DecodeError::new(DecodeErrorKind::Corrupt, e.to_string()))?;
-        if !tail.is_empty() {
-            return Err(DecodeError::new(DecodeErrorKind::Corrupt, String::new()));
-        }
-        self.request_of(wire, host)
     }
 
     /// Builds the request a decoded record describes.

@@ -56,11 +56,15 @@ enum GroupState {
     Parked(u32),
 }
 
-/// How many polls ahead the scheduler starts loading a group's record, and what the
-/// record points to (see [`Scheduler::prefetch_ahead`]). Far enough for a load from
-/// memory to arrive in time at a few hundred nanoseconds per poll.
+/// How many polls ahead the scheduler starts loading a group's record (see
+/// [`Scheduler::prefetch_ahead`]). Far enough for a load from memory to arrive in time
+/// at a few hundred nanoseconds per poll.
 const RECORD_AHEAD: usize = 6;
+/// How many polls ahead it loads what a group's record points to (by then the record
+/// has arrived).
 const POINTEES_AHEAD: usize = 3;
+/// How many requests down the queue of the group being served it loads when the tier
+/// holds too few groups to look ahead in.
 const SERVING_AHEAD: usize = 6;
 
 /// One scope of a group: its number in the scheduler, where its name is in the group
@@ -151,6 +155,15 @@ impl<H> Group<H> {
         }
     }
 
+    /// Its rank but recency (see [`tier_key`]): its head request's priority and
+    /// class, its load and its quota amount. Groups of one tier are served
+    /// round-robin.
+    #[inline]
+    fn tier(&self) -> u128 {
+        let (Reverse(priority), class) = self.buckets.first_key().unwrap_or((Reverse(i32::MIN), 1));
+        tier_key(priority, class, self.load, self.amount)
+    }
+
     /// Whether the group is the unthrottled lane (no scopes).
     fn unthrottled(&self) -> bool {
         self.scopes.as_slice().is_empty()
@@ -208,7 +221,7 @@ fn amount_key(amount: f64) -> u16 {
     }
 }
 
-/// Everything of a rank but recency (see [`Rank::tier`]): priority, other requests
+/// Everything of a [`Rank`] but recency: priority, other requests
 /// before start requests, lower load, larger quota amount (`amount` is
 /// [`amount_key`]'s).
 #[inline]
@@ -220,22 +233,17 @@ fn tier_key(priority: i32, class: u8, load: f64, amount: u16) -> u128 {
 }
 
 impl Rank {
-    /// `amount` is [`amount_key`]'s.
-    fn new(priority: i32, class: u8, load: f64, amount: u16, last_served: u64, group: u32) -> Self {
+    /// `tier` is [`tier_key`]'s.
+    fn new(tier: u128, last_served: u64, group: u32) -> Self {
         let recent = u128::from((u64::MAX >> 1) - last_served.min(u64::MAX >> 1));
         Rank {
-            key: (tier_key(priority, class, load, amount) << 63) | recent,
+            key: (tier << 63) | recent,
             group: Reverse(group),
         }
     }
 
     fn group(&self) -> u32 {
         self.group.0
-    }
-
-    /// Everything but recency: groups of one tier are served round-robin.
-    fn tier(&self) -> u128 {
-        self.key >> 63
     }
 }
 
@@ -373,23 +381,20 @@ impl TierQueue {
 }
 
 impl Tiers {
-    fn push(&mut self, rank: Rank, last_served: u64, epoch: u32) {
-        self.push_entry(rank.tier(), (last_served, rank.group(), epoch));
-    }
-
-    /// Queues a group just served (`entry.0` is the newest tick: it goes behind every
-    /// entry of its tier). Usually the group stays in the best tier it was taken from,
-    /// and then this is one push at the back of its run.
+    /// Queues `entry` in `tier`. A group usually goes back to the best tier it was
+    /// taken from (a served group is the most recently served, so it lands at the back
+    /// of the run): one comparison and one push, no tree searched.
     #[inline]
-    fn push_served(&mut self, tier: u128, entry: TierEntry) {
+    fn push(&mut self, tier: u128, entry: TierEntry) {
         match &mut self.best {
-            Some((t, q)) if *t == tier => q.run.push_back(entry),
-            _ => self.push_entry(tier, entry),
+            Some((t, q)) if *t == tier => q.push(entry),
+            _ => self.push_elsewhere(tier, entry),
         }
     }
 
+    /// [`push`](Self::push) to a tier other than the best one.
     #[inline(never)]
-    fn push_entry(&mut self, tier: u128, entry: TierEntry) {
+    fn push_elsewhere(&mut self, tier: u128, entry: TierEntry) {
         let queue = match &mut self.best {
             Some((t, q)) if *t == tier => q,
             Some((t, _)) if *t > tier => {
@@ -749,21 +754,19 @@ impl<H> Scheduler<H> {
 
     fn rank(&self, group: u32) -> Rank {
         let g = &self.groups[group as usize];
-        let (priority, class) = self
-            .head_key(group)
-            .map_or((i32::MIN, 1), |(Reverse(p), c)| (p, c));
-        Rank::new(priority, class, g.load, g.amount, g.last_served, group)
+        Rank::new(g.tier(), g.last_served, group)
     }
 
+    #[inline]
     fn make_candidate(&mut self, group: u32, woken_by: Option<u32>) {
-        let rank = self.rank(group);
         let g = &mut self.groups[group as usize];
         g.epoch = g.epoch.wrapping_add(1);
         g.state = GroupState::Candidate;
         g.woken_by = woken_by;
-        let epoch = g.epoch;
         match &mut self.candidates {
-            Candidates::Ranked(tiers) => tiers.push(rank, g.last_served, epoch),
+            Candidates::Ranked(tiers) => {
+                tiers.push(g.tier(), (g.last_served, group, g.epoch));
+            }
             Candidates::Slots { set, .. } => {
                 set.insert((g.active, g.key.clone(), group));
             }
@@ -891,7 +894,7 @@ impl<H> Scheduler<H> {
     /// [`POINTEES_AHEAD`] polls ahead, once the record has arrived. At thousands of
     /// groups this turns a chain of cache misses per poll into loads that overlap. With
     /// fewer groups than that in the tier, the polls ahead come back to `serving` (the
-    /// group being served now): the request [`POINTEES_AHEAD`] places down its queue is
+    /// group being served now): the request [`SERVING_AHEAD`] places down its queue is
     /// loaded instead, which a queue spread over blocks needs to be read at the pace of a
     /// contiguous one.
     fn prefetch_ahead(&self, throttler: &Throttler, serving: u32) {
@@ -957,10 +960,9 @@ impl<H> Scheduler<H> {
                 // was ranked: re-rank it lazily.
                 if g.shared {
                     g.load = g.with_uses(|u| throttler.load(u));
-                    let (Reverse(p), c) = g.buckets.first_key().unwrap_or((Reverse(i32::MIN), 1));
-                    let fresh = Rank::new(p, c, g.load, g.amount, g.last_served, group);
-                    if fresh.tier() != tier {
-                        tiers.push(fresh, g.last_served, epoch);
+                    let fresh = g.tier();
+                    if fresh != tier {
+                        tiers.push(fresh, (g.last_served, group, epoch));
                         continue;
                     }
                 }
@@ -1171,15 +1173,6 @@ impl<H> Scheduler<H> {
         self.queued -= 1;
         if g.len == 0 {
             g.state = GroupState::Idle;
-        } else if let Candidates::Ranked(tiers) = &mut self.candidates {
-            // Back into its tier, behind every group there (it is the one served last).
-            let (Reverse(priority), class) =
-                g.buckets.first_key().unwrap_or((Reverse(i32::MIN), 1));
-            g.epoch = g.epoch.wrapping_add(1);
-            g.state = GroupState::Candidate;
-            g.woken_by = None;
-            let tier = tier_key(priority, class, g.load, g.amount);
-            tiers.push_served(tier, (tick, group, g.epoch));
         } else {
             self.make_candidate(group, None);
         }
@@ -1217,6 +1210,8 @@ impl<H> Scheduler<H> {
             let woken = g.woken_by;
             self.make_candidate(group, woken);
         }
+        // One scope is the common case; the general loop costs ~20 instructions more
+        // per complete (it re-borrows the group to index its scopes each round).
         if let Scopes::One(s) = &self.groups[group as usize].scopes {
             let s = s.id;
             self.rearm(s, throttler, now);

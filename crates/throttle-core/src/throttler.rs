@@ -577,14 +577,7 @@ impl Throttler {
         if !self.hint_is_live(hint) {
             return self.try_acquire_one_cold(scope.scope, amount, hint, flags, now);
         }
-        debug_assert_eq!(
-            &*self.slots[i as usize].name, scope.scope,
-            "a hint used for another scope"
-        );
-        let state = &mut self.slots[i as usize];
-        let p = &self.params[state.params as usize];
-        state.advance(p, now);
-        state.last_used = now;
+        self.bring_up(i, scope.scope, now);
         let result = self.admit_one(i, amount, flags, now);
         if result.is_err() {
             // Admitted, the state is in flight: it takes its place in the recency order
@@ -610,6 +603,16 @@ impl Throttler {
         let result = self.admit_one(i, amount, flags, now);
         self.evict_some(now, usize::from(created) + EVICTION_BUDGET);
         result
+    }
+
+    /// Brings the state in slot `i` (found through a live hint for `name`) up to `now`
+    /// and marks it used (its place in the recency order is the caller's business).
+    #[inline]
+    fn bring_up(&mut self, i: u32, name: &str, now: Timestamp) {
+        let state = &mut self.slots[i as usize];
+        debug_assert_eq!(&*state.name, name, "a hint used for another scope");
+        state.advance(&self.params[state.params as usize], now);
+        state.last_used = now;
     }
 
     /// Whether `hint` points at the live state it was made for.
@@ -1286,12 +1289,8 @@ impl Throttler {
 
     /// [`resolve`](Self::resolve) through a hint when it is still valid.
     fn resolve_hinted(&mut self, name: &str, hint: &mut ScopeHint, now: Timestamp) -> (u32, bool) {
-        let i = hint.slot as usize;
         if self.hint_is_live(hint) {
-            debug_assert_eq!(&*self.slots[i].name, name, "a hint used for another scope");
-            let state = &mut self.slots[i];
-            state.advance(&self.params[state.params as usize], now);
-            state.last_used = now;
+            self.bring_up(hint.slot, name, now);
             self.lru.touch(hint.slot);
             return (hint.slot, false);
         }
