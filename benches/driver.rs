@@ -33,7 +33,7 @@ fn bench(c: &mut Criterion) {
         group.bench_function(BenchmarkId::new("memory", bench_name(way)), |b| {
             b.iter_custom(|iters| {
                 (0..iters)
-                    .map(|_| run(way, fill(VolatileStore, &reqs)).1)
+                    .map(|_| run(way, fill(VolatileStore::new(), &reqs)).1)
                     .sum()
             })
         });

@@ -49,7 +49,7 @@ fn open(policy: Policy, dupefilter: DupeFilterConfig) -> Frontier<VolatileStore>
         dupefilter,
         persist_scope_states: false,
     };
-    Frontier::open(settings(), config, VolatileStore, Timestamp::ZERO).unwrap()
+    Frontier::open(settings(), config, VolatileStore::new(), Timestamp::ZERO).unwrap()
 }
 
 fn push_all(f: &mut Frontier<VolatileStore>, reqs: &[Request]) {

@@ -85,7 +85,7 @@ fn main() {
     let heap0 = LIVE.load(Ordering::Relaxed);
     let rss0 = rss_bytes();
     let mut f: Frontier<VolatileStore> =
-        Frontier::open(settings, config, VolatileStore, Timestamp::ZERO).unwrap();
+        Frontier::open(settings, config, VolatileStore::new(), Timestamp::ZERO).unwrap();
     // Requests are built in batches and dropped, like the peers' scheduler cases.
     let mut url_bytes = 0usize;
     for start in (0..n).step_by(10_000) {

@@ -26,7 +26,7 @@ fn main() {
         eprintln!("profile-driver: unknown way {name:?} (direct, tokio, tokio-multi, async-std)");
         std::process::exit(2);
     };
-    let f = fill(VolatileStore, &peer_requests(n, hosts));
+    let f = fill(VolatileStore::new(), &peer_requests(n, hosts));
     if let Some(ms) = std::env::var("PROFILE_PAUSE_MS")
         .ok()
         .and_then(|v| v.parse().ok())

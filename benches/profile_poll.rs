@@ -7,7 +7,9 @@
 //! `PROFILE_PAUSE_MS=3000` sleeps between the phases, so `perf record -D 4000` sees only
 //! the polls; `valgrind --tool=callgrind --toggle-collect='*drain*'` counts only their
 //! instructions. `PROFILE_JSON=1` prints the rates as one JSON line (`bench-vs-peers`'s
-//! paired rounds read it).
+//! paired rounds read it). `PROFILE_LONG_URLS=1` appends 40 characters of tracking
+//! parameters to every URL, so that no record fits a queue slot (the store keeps them
+//! in its spill cells).
 #![allow(clippy::print_stdout)]
 use frontier_core::{DupeFilterConfig, Frontier, FrontierConfig, Policy, Poll, VolatileStore};
 use throttle_core::{Outcome, Settings, Timestamp};
@@ -23,7 +25,12 @@ fn main() {
         .and_then(|a| a.parse().ok())
         .unwrap_or(10_000);
     let complete = std::env::args().nth(3).as_deref() != Some("poll");
-    let reqs = peer_requests(n, hosts);
+    let mut reqs = peer_requests(n, hosts);
+    if std::env::var_os("PROFILE_LONG_URLS").is_some() {
+        for r in &mut reqs {
+            r.url = format!("{}&utm_source=newsletter&utm_medium=email", r.url).into();
+        }
+    }
     let mut s = Settings::default().without_jitter();
     s.concurrent_requests = u32::MAX;
     s.concurrent_requests_per_domain = 0;
@@ -33,7 +40,7 @@ fn main() {
         persist_scope_states: false,
     };
     let mut f: Frontier<VolatileStore> =
-        Frontier::open(s, config, VolatileStore, Timestamp::ZERO).unwrap();
+        Frontier::open(s, config, VolatileStore::new(), Timestamp::ZERO).unwrap();
     let t0 = std::time::Instant::now();
     for r in &reqs {
         f.push(r, Timestamp::ZERO).unwrap();

@@ -152,7 +152,7 @@ pub fn order_survives_reopen<H: Harness>(h: &mut H) {
         let mut f: Frontier<VolatileStore> = Frontier::open(
             open_settings(),
             FrontierConfig::default(),
-            VolatileStore,
+            VolatileStore::new(),
             t(0),
         )
         .unwrap();

@@ -249,7 +249,12 @@ impl Frontier<VolatileStore> {
         settings: Settings,
         now: Timestamp,
     ) -> Result<Self, FrontierError<crate::store::MemoryStoreError>> {
-        Frontier::open(settings, FrontierConfig::default(), VolatileStore, now)
+        Frontier::open(
+            settings,
+            FrontierConfig::default(),
+            VolatileStore::new(),
+            now,
+        )
     }
 }
 
@@ -447,6 +452,7 @@ impl<S: Store> Frontier<S> {
         self.stats.dequeued += 1;
         self.stats.leased += 1;
         if S::PREFETCH
+            && self.store.wants_prefetch()
             && let Some((seq, handle)) = self.scheduler.upcoming_head()
         {
             self.store.prefetch(seq, handle);

@@ -71,6 +71,7 @@ mod leases;
 mod request;
 mod scheduler;
 mod scheduling;
+mod spill;
 mod stats;
 mod store;
 

@@ -18,6 +18,7 @@ use core::fmt;
 use throttle_core::{ScopeSnapshot, Timestamp};
 
 use crate::fingerprint::Fingerprint;
+use crate::spill::{Cell, Spill};
 
 /// When a persistent store makes its changes durable (survive `kill -9` and power loss).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,6 +141,13 @@ pub trait Store {
         let _ = (seq, handle);
     }
 
+    /// Whether [`prefetch`](Self::prefetch) would do anything now, asked before the
+    /// frontier looks the next request up (a store that sometimes has nothing to fetch
+    /// spares it the lookup). Default: [`PREFETCH`](Self::PREFETCH).
+    fn wants_prefetch(&self) -> bool {
+        Self::PREFETCH
+    }
+
     /// Marks a request as handed out.
     fn lease(&mut self, seq: u64, handle: &Self::Handle) -> Result<(), Self::Error>;
 
@@ -190,61 +198,115 @@ impl core::error::Error for MemoryStoreError {}
 
 /// A store that persists nothing: payloads live in the frontier's index and are gone
 /// with it. The leanest choice for a crawl that does not need to resume.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct VolatileStore;
+///
+/// A payload of up to [`INLINE_PAYLOAD`] bytes sits in its queue slot; a longer one in a
+/// cell of the store's own (see [`Payload`]).
+///
+/// ```
+/// use frontier_core::{Frontier, FrontierConfig, Poll, Request, VolatileStore};
+/// use throttle_core::{Settings, Timestamp};
+///
+/// let now = Timestamp::ZERO;
+/// let mut frontier =
+///     Frontier::open(Settings::default(), FrontierConfig::default(), VolatileStore::new(), now)?;
+/// let long = format!("https://example.com/{}", "a".repeat(200));
+/// frontier.push(&Request::get(long.as_str()), now)?;
+/// let Poll::Ready(lease) = frontier.poll(now)? else { unreachable!() };
+/// assert_eq!(&*lease.request.url, long);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone, Default)]
+pub struct VolatileStore {
+    spill: Spill,
+}
+
+impl VolatileStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        VolatileStore::default()
+    }
+
+    /// The bytes a handle of this store holds.
+    #[inline]
+    fn bytes<'a>(&'a self, handle: &'a Payload) -> &'a [u8] {
+        match &handle.0 {
+            PayloadRepr::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            PayloadRepr::Spilled(cell) => self.spill.get(cell),
+            PayloadRepr::Heap(b) => b,
+        }
+    }
+
+    /// Lets go of a handle's bytes.
+    #[inline]
+    fn release(&mut self, handle: Payload) {
+        if let PayloadRepr::Spilled(cell) = handle.0 {
+            self.spill.free(cell);
+        }
+    }
+}
+
+impl fmt::Debug for VolatileStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("VolatileStore")
+            .field("spilled_payloads", &self.spill.live())
+            .field("spill_bytes", &self.spill.chunk_bytes())
+            .finish()
+    }
+}
 
 /// How many payload bytes a [`Payload`] holds without a heap allocation: a queued
 /// request of [`VolatileStore`] then costs one 64-byte slot in its group's queue.
 pub const INLINE_PAYLOAD: usize = 54;
 
-/// A request's encoded bytes as [`VolatileStore`] keeps them: inline up to
+/// A request's encoded bytes as [`VolatileStore`] keeps them (its handle): inline up to
 /// [`INLINE_PAYLOAD`] bytes (the common case: a URL of about 80 characters with its host
-/// left out), on the heap beyond. Inline payloads cost no allocation when pushed or
-/// acknowledged, and sit in the same cache line as the queue slot pointing at them.
-#[derive(Clone, PartialEq, Eq)]
+/// left out), beyond that in a cell of the store's (up to 1 KiB; cells of a few sizes,
+/// reused as soon as freed), and boxed on their own beyond that. Inline payloads cost no
+/// allocation when pushed or acknowledged, and sit in the same cache line as the queue
+/// slot pointing at them. Only the store that made a payload can read it.
 pub struct Payload(PayloadRepr);
 
-#[derive(Clone, PartialEq, Eq)]
 enum PayloadRepr {
     Inline {
         len: u8,
         bytes: [u8; INLINE_PAYLOAD],
     },
+    Spilled(Cell),
     Heap(Box<[u8]>),
 }
 
 impl Payload {
-    /// A copy of `bytes`.
-    pub fn new(bytes: &[u8]) -> Self {
-        if bytes.len() <= INLINE_PAYLOAD {
-            let mut inline = [0; INLINE_PAYLOAD];
-            inline[..bytes.len()].copy_from_slice(bytes);
-            Payload(PayloadRepr::Inline {
-                len: bytes.len() as u8,
-                bytes: inline,
-            })
-        } else {
-            Payload(PayloadRepr::Heap(Box::from(bytes)))
-        }
-    }
-
-    /// The bytes.
-    pub fn as_bytes(&self) -> &[u8] {
+    /// The number of bytes.
+    pub fn len(&self) -> usize {
         match &self.0 {
-            PayloadRepr::Inline { len, bytes } => &bytes[..usize::from(*len)],
-            PayloadRepr::Heap(b) => b,
+            PayloadRepr::Inline { len, .. } => usize::from(*len),
+            PayloadRepr::Spilled(cell) => cell.len(),
+            PayloadRepr::Heap(b) => b.len(),
         }
     }
 
-    /// Whether the bytes live on the heap (longer than [`INLINE_PAYLOAD`]).
-    pub fn is_on_heap(&self) -> bool {
-        matches!(self.0, PayloadRepr::Heap(_))
+    /// Whether it holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Whether the bytes sit in the handle itself (at most [`INLINE_PAYLOAD`]).
+    pub fn is_inline(&self) -> bool {
+        matches!(self.0, PayloadRepr::Inline { .. })
     }
 }
 
 impl fmt::Debug for Payload {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("Payload").field(&self.as_bytes()).finish()
+        let place = match self.0 {
+            PayloadRepr::Inline { .. } => "inline",
+            PayloadRepr::Spilled(_) => "spilled",
+            PayloadRepr::Heap(_) => "heap",
+        };
+        f.debug_struct("Payload")
+            .field("len", &self.len())
+            .field("place", &place)
+            .finish()
     }
 }
 
@@ -252,11 +314,31 @@ impl Store for VolatileStore {
     type Handle = Payload;
     type Error = MemoryStoreError;
     const BLOCKING: bool = false;
+    const PREFETCH: bool = true;
+
+    /// Only while long payloads are queued: an inline one sits in its queue slot, which
+    /// the scheduler prefetches itself.
+    #[inline]
+    fn wants_prefetch(&self) -> bool {
+        self.spill.live() > 0
+    }
+
+    #[inline]
+    fn prefetch(&self, _: u64, handle: &Payload) {
+        if !handle.is_inline() {
+            for line in self.bytes(handle).iter().step_by(64).take(4) {
+                throttle_core::prefetch(line);
+            }
+        }
+    }
 
     fn kind(&self) -> &'static str {
         "memory"
     }
+    /// Nothing to replay; a frontier opened on a store another frontier used drops that
+    /// one's payloads (its handles went with it).
     fn recover(&mut self, _: &mut dyn RecoveryVisitor<Payload>) -> Result<(), MemoryStoreError> {
+        self.spill.clear();
         Ok(())
     }
     fn put_callback(&mut self, _: u32, _: &str) -> Result<(), MemoryStoreError> {
@@ -269,20 +351,34 @@ impl Store for VolatileStore {
         payload: &[u8],
         _: Option<&Fingerprint>,
     ) -> Result<Payload, MemoryStoreError> {
-        Ok(Payload::new(payload))
+        if payload.len() <= INLINE_PAYLOAD {
+            let mut bytes = [0; INLINE_PAYLOAD];
+            bytes[..payload.len()].copy_from_slice(payload);
+            return Ok(Payload(PayloadRepr::Inline {
+                len: payload.len() as u8,
+                bytes,
+            }));
+        }
+        Ok(Payload(match self.spill.put(payload) {
+            Some(cell) => PayloadRepr::Spilled(cell),
+            None => PayloadRepr::Heap(Box::from(payload)),
+        }))
     }
+    #[inline]
     fn load<'a>(
         &'a mut self,
         _: u64,
         handle: &'a Payload,
         _: &'a mut Vec<u8>,
     ) -> Result<&'a [u8], MemoryStoreError> {
-        Ok(handle.as_bytes())
+        Ok(self.bytes(handle))
     }
     fn lease(&mut self, _: u64, _: &Payload) -> Result<(), MemoryStoreError> {
         Ok(())
     }
-    fn ack(&mut self, _: u64, _: Payload) -> Result<(), MemoryStoreError> {
+    #[inline]
+    fn ack(&mut self, _: u64, handle: Payload) -> Result<(), MemoryStoreError> {
+        self.release(handle);
         Ok(())
     }
     fn requeue(

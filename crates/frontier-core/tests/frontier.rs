@@ -572,7 +572,13 @@ fn slot_aware_policy_prefers_idle_slots_round_robin_by_name() {
         policy: Policy::SlotAware,
         ..FrontierConfig::default()
     };
-    let mut f = Frontier::open(open_settings(), config, VolatileStore, Timestamp::ZERO).unwrap();
+    let mut f = Frontier::open(
+        open_settings(),
+        config,
+        VolatileStore::new(),
+        Timestamp::ZERO,
+    )
+    .unwrap();
     for host in ["c.com", "a.com", "b.com"] {
         for i in 0..3 {
             f.push(
@@ -659,5 +665,50 @@ fn woken_groups_tie_break_on_current_load_then_quota_amount() {
         third.request.url.ends_with("q=3"),
         "got {}",
         third.request.url
+    );
+}
+
+/// Requests too long for a queue slot (their payloads spill into the store's cells, or
+/// are boxed beyond 1 KiB) come back whole through polls, retries and completions, and
+/// every cell is given back once the last one is done.
+#[test]
+fn long_urls_come_back_whole_and_give_their_cells_back() {
+    let mut f = frontier(open_settings());
+    let mut left = std::collections::BTreeMap::new();
+    for i in 0..800usize {
+        let len = [5, 50, 70, 130, 300, 700, 1_000, 2_500][i % 8];
+        let url = format!("https://h{}.example.com/{}?i={i}", i % 7, "x".repeat(len));
+        f.push(&Request::get(url.as_str()), Timestamp::ZERO)
+            .unwrap();
+        left.insert(url, i % 3 == 0);
+    }
+    // 50 to 1,000 characters spill (100 each of six lengths); 5 stay inline, 2,500 are boxed.
+    assert!(
+        format!("{:?}", f.store()).contains("spilled_payloads: 600"),
+        "{:?}",
+        f.store()
+    );
+    let mut now = Timestamp::ZERO;
+    loop {
+        match f.poll(now).unwrap() {
+            Poll::Ready(lease) => {
+                let url = String::from(&*lease.request.url);
+                let retry = left.get_mut(&url).expect("a URL that was pushed, whole");
+                if std::mem::take(retry) {
+                    assert!(f.retry(lease.id(), &Outcome::status(503), 0, now).unwrap());
+                } else {
+                    f.complete(lease.id(), &Outcome::status(200), now).unwrap();
+                    left.remove(&url);
+                }
+            }
+            Poll::NotUntil(t) => now = t,
+            Poll::Blocked | Poll::Empty => break,
+        }
+    }
+    assert!(left.is_empty(), "{} never came back", left.len());
+    assert!(
+        format!("{:?}", f.store()).contains("spilled_payloads: 0"),
+        "{:?}",
+        f.store()
     );
 }

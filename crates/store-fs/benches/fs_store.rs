@@ -190,7 +190,7 @@ fn fs_store(c: &mut Criterion) {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
             for _ in 0..iters {
-                let mut f = open_on(VolatileStore);
+                let mut f = open_on(VolatileStore::new());
                 let t0 = Instant::now();
                 push_all(&mut f, &reqs);
                 total += t0.elapsed();
@@ -204,7 +204,7 @@ fn fs_store(c: &mut Criterion) {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
             for _ in 0..iters {
-                let mut f = open_on(VolatileStore);
+                let mut f = open_on(VolatileStore::new());
                 push_all(&mut f, &reqs);
                 let t0 = Instant::now();
                 drain(&mut f);

@@ -391,7 +391,13 @@ fn bloom_filter_matches_the_in_process_one_false_positives_included() {
         ..FrontierConfig::default()
     };
     let settings = Settings::default().without_jitter();
-    let mut core = Frontier::open(settings.clone(), frontier.clone(), VolatileStore, t(0)).unwrap();
+    let mut core = Frontier::open(
+        settings.clone(),
+        frontier.clone(),
+        VolatileStore::new(),
+        t(0),
+    )
+    .unwrap();
     let config = RedisConfig {
         frontier,
         ..RedisConfig::default()
@@ -575,8 +581,13 @@ fn batched_pushes_decide_as_pushes_one_at_a_time() {
             dupefilter,
             ..FrontierConfig::default()
         };
-        let mut core =
-            Frontier::open(settings.clone(), frontier.clone(), VolatileStore, t(0)).unwrap();
+        let mut core = Frontier::open(
+            settings.clone(),
+            frontier.clone(),
+            VolatileStore::new(),
+            t(0),
+        )
+        .unwrap();
         let config = RedisConfig {
             frontier,
             push_batch: 13,

@@ -146,7 +146,7 @@ fn run_both_with(
     let mut core = Frontier::open(
         settings.clone(),
         FrontierConfig::default(),
-        frontier_core::VolatileStore,
+        frontier_core::VolatileStore::new(),
         start,
     )
     .unwrap();

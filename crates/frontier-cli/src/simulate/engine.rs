@@ -191,7 +191,7 @@ impl<'w> Sim<'w> {
         config: FrontierConfig,
         out: Output<'w>,
     ) -> anyhow::Result<Self> {
-        let frontier = Frontier::open(settings, config, VolatileStore, Timestamp::ZERO)
+        let frontier = Frontier::open(settings, config, VolatileStore::new(), Timestamp::ZERO)
             .map_err(|e| anyhow!("{e}"))?;
         Ok(Sim {
             frontier,
