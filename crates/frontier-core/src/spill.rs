@@ -84,14 +84,17 @@ impl Spill {
         })
     }
 
-    /// The bytes `cell` holds.
+    /// The bytes `cell` holds; `None` for a cell this spill never handed out (a handle
+    /// from another store).
     #[inline]
-    pub(crate) fn get(&self, cell: &Cell) -> &[u8] {
-        let size = CELL_SIZES[usize::from(cell.class)];
+    pub(crate) fn get(&self, cell: &Cell) -> Option<&[u8]> {
+        let size = CELL_SIZES.get(usize::from(cell.class))?;
         let per_chunk = CHUNK_BYTES / size;
         let at = (cell.id as usize % per_chunk) * size;
-        &self.classes[usize::from(cell.class)].chunks[cell.id as usize / per_chunk]
-            [at..at + cell.len()]
+        self.classes[usize::from(cell.class)]
+            .chunks
+            .get(cell.id as usize / per_chunk)?
+            .get(at..at + cell.len())
     }
 
     /// Gives `cell` back (its bytes are no longer needed). When no cell is left in use
@@ -99,7 +102,13 @@ impl Spill {
     /// allocator (below that they stay: a queue that keeps emptying and filling again
     /// would otherwise allocate a chunk for nearly every long payload).
     pub(crate) fn free(&mut self, cell: Cell) {
-        self.classes[usize::from(cell.class)].free.push(cell.id);
+        let Some(c) = self.classes.get_mut(usize::from(cell.class)) else {
+            return;
+        };
+        if cell.id >= c.fresh || self.live == 0 {
+            return; // never handed out here: a handle from another store
+        }
+        c.free.push(cell.id);
         self.live -= 1;
         if self.live == 0 && self.chunk_bytes() > KEPT_WHEN_EMPTY {
             self.clear();
@@ -155,12 +164,12 @@ mod tests {
                     }
                 } else {
                     let (cell, bytes) = held.swap_remove(pick.index(held.len()));
-                    prop_assert_eq!(spill.get(&cell), &bytes[..]);
+                    prop_assert_eq!(spill.get(&cell), Some(&bytes[..]));
                     spill.free(cell);
                 }
                 prop_assert_eq!(spill.live(), held.len());
                 for (cell, bytes) in &held {
-                    prop_assert_eq!(spill.get(cell), &bytes[..]);
+                    prop_assert_eq!(spill.get(cell), Some(&bytes[..]));
                 }
             }
             for (cell, _) in held.drain(..) {
@@ -179,8 +188,26 @@ mod tests {
         spill.free(a);
         let c = spill.put(&[3; 80]).unwrap();
         assert_eq!(c.id, a.id);
-        assert_eq!(spill.get(&c), &[3; 80][..]);
-        assert_eq!(spill.get(&b), &[2; 70][..]);
+        assert_eq!(spill.get(&c), Some(&[3; 80][..]));
+        assert_eq!(spill.get(&b), Some(&[2; 70][..]));
         assert!(spill.put(&[0; 1025]).is_none());
+    }
+
+    /// A cell another spill handed out reads as nothing and frees nothing here.
+    #[test]
+    fn a_foreign_cell_is_refused_not_a_panic() {
+        let mut other = Spill::default();
+        for _ in 0..5000 {
+            other.put(&[9; 500]).unwrap();
+        }
+        let foreign = other.put(&[9; 500]).unwrap();
+        let mut spill = Spill::default();
+        assert_eq!(spill.get(&foreign), None);
+        spill.free(foreign);
+        assert_eq!(spill.live(), 0);
+        let mine = spill.put(&[1; 500]).unwrap();
+        spill.free(foreign);
+        assert_eq!(spill.live(), 1);
+        assert_eq!(spill.get(&mine), Some(&[1; 500][..]));
     }
 }

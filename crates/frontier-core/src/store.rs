@@ -226,13 +226,13 @@ impl VolatileStore {
         VolatileStore::default()
     }
 
-    /// The bytes a handle of this store holds.
+    /// The bytes a handle of this store holds (`None` for a handle from another store).
     #[inline]
-    fn bytes<'a>(&'a self, handle: &'a Payload) -> &'a [u8] {
+    fn bytes<'a>(&'a self, handle: &'a Payload) -> Option<&'a [u8]> {
         match &handle.0 {
-            PayloadRepr::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            PayloadRepr::Inline { len, bytes } => Some(&bytes[..usize::from(*len)]),
             PayloadRepr::Spilled(cell) => self.spill.get(cell),
-            PayloadRepr::Heap(b) => b,
+            PayloadRepr::Heap(b) => Some(b),
         }
     }
 
@@ -326,7 +326,7 @@ impl Store for VolatileStore {
     #[inline]
     fn prefetch(&self, _: u64, handle: &Payload) {
         if !handle.is_inline() {
-            for line in self.bytes(handle).iter().step_by(64).take(4) {
+            for line in self.bytes(handle).unwrap_or(&[]).iter().step_by(64).take(4) {
                 throttle_core::prefetch(line);
             }
         }
@@ -367,11 +367,11 @@ impl Store for VolatileStore {
     #[inline]
     fn load<'a>(
         &'a mut self,
-        _: u64,
+        seq: u64,
         handle: &'a Payload,
         _: &'a mut Vec<u8>,
     ) -> Result<&'a [u8], MemoryStoreError> {
-        Ok(self.bytes(handle))
+        self.bytes(handle).ok_or(MemoryStoreError::UnknownSeq(seq))
     }
     fn lease(&mut self, _: u64, _: &Payload) -> Result<(), MemoryStoreError> {
         Ok(())
