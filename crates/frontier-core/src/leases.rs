@@ -92,14 +92,21 @@ impl<H> Leases<H> {
         if (self.len + 1) * 4 > self.keys.len() * 3 {
             self.grow();
         }
+        let i = self.vacant_slot(seq);
+        self.keys[i] = seq;
+        self.len += 1;
+        self.records[i].insert(record)
+    }
+
+    /// The first vacant slot on `seq`'s probe (the table is never full).
+    #[inline]
+    fn vacant_slot(&self, seq: u64) -> usize {
         let mask = self.mask();
         let mut i = home(seq, self.shift());
         while self.keys[i] != VACANT {
             i = (i + 1) & mask;
         }
-        self.keys[i] = seq;
-        self.len += 1;
-        self.records[i].insert(record)
+        i
     }
 
     /// Doubles the table (or makes its first), placing every record again.
@@ -109,15 +116,11 @@ impl<H> Leases<H> {
         let keys = core::mem::replace(&mut self.keys, alloc::vec![VACANT; capacity]);
         let mut records = core::mem::take(&mut self.records);
         self.records.resize_with(capacity, || None);
-        let (mask, shift) = (self.mask(), self.shift());
         for (seq, record) in keys.into_iter().zip(records.iter_mut()) {
             if seq == VACANT {
                 continue;
             }
-            let mut i = home(seq, shift);
-            while self.keys[i] != VACANT {
-                i = (i + 1) & mask;
-            }
+            let i = self.vacant_slot(seq);
             self.keys[i] = seq;
             self.records[i] = record.take();
         }

@@ -396,7 +396,6 @@ impl Tiers {
     #[inline(never)]
     fn push_elsewhere(&mut self, tier: u128, entry: TierEntry) {
         let queue = match &mut self.best {
-            Some((t, q)) if *t == tier => q,
             Some((t, _)) if *t > tier => {
                 let spare = &mut self.spare;
                 self.rest
@@ -404,6 +403,7 @@ impl Tiers {
                     .or_insert_with(|| spare.pop().unwrap_or_default())
             }
             best => {
+                debug_assert!(best.as_ref().is_none_or(|(t, _)| *t < tier));
                 // A new best tier: the old one goes back among the others (or, left
                 // empty by a pop, among the spares).
                 match best.take() {

@@ -24,6 +24,14 @@ const CHUNK_BYTES: usize = 64 * 1024;
 /// Chunk bytes an empty spill keeps for the next long payloads.
 const KEPT_WHEN_EMPTY: usize = 1024 * 1024;
 
+/// Cell `id` of size class `class`: its chunk, and its first byte's offset there.
+#[inline]
+fn place(class: usize, id: u32) -> (usize, usize) {
+    let size = CELL_SIZES.get(class).copied().unwrap_or(CHUNK_BYTES);
+    let per_chunk = CHUNK_BYTES / size;
+    (id as usize / per_chunk, (id as usize % per_chunk) * size)
+}
+
 /// Where a spilled payload is: its size class, its cell and its length.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Cell {
@@ -60,22 +68,22 @@ impl Spill {
     /// Copies `bytes` into a free cell; `None` if they are longer than the largest cell.
     pub(crate) fn put(&mut self, bytes: &[u8]) -> Option<Cell> {
         let class = CELL_SIZES.iter().position(|&size| bytes.len() <= size)?;
-        let size = CELL_SIZES[class];
-        let per_chunk = CHUNK_BYTES / size;
+        let per_chunk = CHUNK_BYTES / CELL_SIZES[class];
         let c = &mut self.classes[class];
         let id = match c.free.pop() {
             Some(id) => id,
             None => {
                 let id = c.fresh;
                 if id as usize == c.chunks.len() * per_chunk {
-                    c.chunks.push(vec![0; per_chunk * size].into_boxed_slice());
+                    c.chunks
+                        .push(vec![0; per_chunk * CELL_SIZES[class]].into_boxed_slice());
                 }
                 c.fresh += 1;
                 id
             }
         };
-        let at = (id as usize % per_chunk) * size;
-        c.chunks[id as usize / per_chunk][at..at + bytes.len()].copy_from_slice(bytes);
+        let (chunk, at) = place(class, id);
+        c.chunks[chunk][at..at + bytes.len()].copy_from_slice(bytes);
         self.live += 1;
         Some(Cell {
             class: class as u8,
@@ -88,12 +96,12 @@ impl Spill {
     /// from another store).
     #[inline]
     pub(crate) fn get(&self, cell: &Cell) -> Option<&[u8]> {
-        let size = CELL_SIZES.get(usize::from(cell.class))?;
-        let per_chunk = CHUNK_BYTES / size;
-        let at = (cell.id as usize % per_chunk) * size;
-        self.classes[usize::from(cell.class)]
+        let class = usize::from(cell.class);
+        let (chunk, at) = place(class, cell.id);
+        self.classes
+            .get(class)?
             .chunks
-            .get(cell.id as usize / per_chunk)?
+            .get(chunk)?
             .get(at..at + cell.len())
     }
 

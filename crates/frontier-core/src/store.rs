@@ -316,8 +316,9 @@ impl Store for VolatileStore {
     const BLOCKING: bool = false;
     const PREFETCH: bool = true;
 
-    /// Only while long payloads are queued: an inline one sits in its queue slot, which
-    /// the scheduler prefetches itself.
+    /// Only while spilled payloads are queued: an inline one sits in its queue slot,
+    /// which the scheduler prefetches itself (and one over 1 KiB is rare enough to skip
+    /// the lookup for).
     #[inline]
     fn wants_prefetch(&self) -> bool {
         self.spill.live() > 0

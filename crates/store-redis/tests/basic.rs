@@ -55,6 +55,20 @@ fn open(
     RedisFrontier::open(&server.url(), crawl, settings, config).unwrap()
 }
 
+/// The in-process frontier a Redis one is compared with, on the same settings.
+fn in_process(
+    settings: &Settings,
+    frontier: &frontier_core::FrontierConfig,
+) -> frontier_core::Frontier {
+    frontier_core::Frontier::open(
+        settings.clone(),
+        frontier.clone(),
+        frontier_core::VolatileStore::new(),
+        t(0),
+    )
+    .unwrap()
+}
+
 fn conn(server: &RedisServer) -> redis::Connection {
     redis::Client::open(server.url())
         .unwrap()
@@ -377,7 +391,7 @@ fn server_time_is_shared_and_mapped_to_the_caller() {
 
 #[test]
 fn bloom_filter_matches_the_in_process_one_false_positives_included() {
-    use frontier_core::{DupeFilterConfig, Frontier, FrontierConfig, VolatileStore};
+    use frontier_core::{DupeFilterConfig, FrontierConfig};
     let Some(server) = RedisServer::start_or_skip("bloom") else {
         return;
     };
@@ -391,13 +405,7 @@ fn bloom_filter_matches_the_in_process_one_false_positives_included() {
         ..FrontierConfig::default()
     };
     let settings = Settings::default().without_jitter();
-    let mut core = Frontier::open(
-        settings.clone(),
-        frontier.clone(),
-        VolatileStore::new(),
-        t(0),
-    )
-    .unwrap();
+    let mut core = in_process(&settings, &frontier);
     let config = RedisConfig {
         frontier,
         ..RedisConfig::default()
@@ -542,7 +550,7 @@ fn another_layout_version_is_refused_with_a_clear_error() {
 
 #[test]
 fn batched_pushes_decide_as_pushes_one_at_a_time() {
-    use frontier_core::{DupeFilterConfig, Frontier, FrontierConfig, VolatileStore};
+    use frontier_core::{DupeFilterConfig, FrontierConfig};
     let Some(server) = RedisServer::start_or_skip("batched_push") else {
         return;
     };
@@ -581,13 +589,7 @@ fn batched_pushes_decide_as_pushes_one_at_a_time() {
             dupefilter,
             ..FrontierConfig::default()
         };
-        let mut core = Frontier::open(
-            settings.clone(),
-            frontier.clone(),
-            VolatileStore::new(),
-            t(0),
-        )
-        .unwrap();
+        let mut core = in_process(&settings, &frontier);
         let config = RedisConfig {
             frontier,
             push_batch: 13,
