@@ -28,6 +28,19 @@ pub fn prefetch<T>(value: &T) {
     }
 }
 
+/// Asks the processor to start loading the first `bytes` bytes of `value` (a part of a
+/// large value whose other lines are rarely read; `value` starts a cache line).
+#[inline(always)]
+pub(crate) fn prefetch_prefix<T>(value: &T, bytes: usize) {
+    let start = (value as *const T).cast::<u8>();
+    let size = core::mem::size_of::<T>().min(bytes);
+    let mut offset = 0;
+    while offset < size {
+        prefetch_line(start.wrapping_add(offset));
+        offset += 64;
+    }
+}
+
 /// Asks the processor to start loading the cache line holding `p`.
 #[inline(always)]
 fn prefetch_line(p: *const u8) {

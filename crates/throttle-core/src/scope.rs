@@ -249,37 +249,52 @@ pub(crate) enum Gate {
 }
 
 /// The mutable state of one scope.
+///
+/// Laid out for the scheduler's hot path (`repr(C)` keeps the order, the alignment puts
+/// a state at the start of a cache line): an admission and a completion of a scope
+/// without backoff, rampup or quota touch only the first two cache lines, so at
+/// thousands of scopes a poll loads (and prefetches, see
+/// [`Throttler::prefetch_hint`](crate::Throttler::prefetch_hint)) two lines of it, not
+/// the four it spans. What rampup, quota, backoff recovery and eviction need comes after.
 #[derive(Debug)]
+#[repr(C, align(64))]
 pub(crate) struct ScopeState {
-    /// `false` for a vacant slot (an evicted state whose slot awaits reuse).
-    pub(crate) live: bool,
-    pub(crate) name: Box<str>,
-    pub(crate) params: u32,
-    pub(crate) base_delay: f64,
+    // First line: the gates and the counters every send and completion updates.
+    pub(crate) next_allowed: Timestamp,
+    pub(crate) hard_until: Timestamp,
     pub(crate) delay: f64,
+    pub(crate) last_used: Timestamp,
+    pub(crate) params: u32,
     pub(crate) concurrency: u32,
     pub(crate) active: u32,
     pub(crate) level: u32,
-    pub(crate) next_allowed: Timestamp,
-    pub(crate) hard_until: Timestamp,
+    /// `false` for a vacant slot (an evicted state whose slot awaits reuse).
+    pub(crate) live: bool,
+    pub(crate) sent: u64,
+    // Second line.
+    pub(crate) done: u64,
     pub(crate) last_sent: Option<Timestamp>,
+    pub(crate) waiters: VecDeque<u64>,
+    pub(crate) window_triggers: u32,
+    // The rest: backoff recovery, rampup and quota windows, eviction.
+    pub(crate) base_delay: f64,
     /// Start of the current recovery countdown (last trigger or last recovery step).
     pub(crate) backoff_anchor: Timestamp,
     /// Start of the current rampup window (rampup scopes, after the first send).
     pub(crate) ramp_start: Option<Timestamp>,
-    pub(crate) window_triggers: u32,
     /// Start of the current quota window (quota scopes, after the first send).
     pub(crate) quota_start: Option<Timestamp>,
     pub(crate) consumed: f64,
     /// A robots.txt Crawl-delay in force: rampup never goes below it, nor above one
     /// request at a time.
     pub(crate) robots_floor: Option<f64>,
-    pub(crate) sent: u64,
-    pub(crate) done: u64,
     pub(crate) triggers: u64,
-    pub(crate) last_used: Timestamp,
-    pub(crate) waiters: VecDeque<u64>,
+    pub(crate) name: Box<str>,
 }
+
+/// The bytes of a [`ScopeState`] that an admission and a completion without backoff,
+/// rampup or quota touch (its first two cache lines).
+pub(crate) const HOT_BYTES: usize = 128;
 
 impl ScopeState {
     pub(crate) fn new(name: &str, params_index: u32, p: &ScopeParams, now: Timestamp) -> Self {
@@ -326,9 +341,11 @@ impl ScopeState {
     pub(crate) fn advance(&mut self, p: &ScopeParams, now: Timestamp) {
         // The usual case: nothing lazy pending (no backoff level, no rampup window, no
         // quota window running).
+        // (The parameters first: a scope without rampup or quota never reads the
+        // state's window starts, which lie outside its hot lines.)
         if self.level == 0
-            && (self.ramp_start.is_none() || p.rampup.is_none())
-            && (self.quota_start.is_none() || p.quota.is_none())
+            && (p.rampup.is_none() || self.ramp_start.is_none())
+            && (p.quota.is_none() || self.quota_start.is_none())
         {
             return;
         }
@@ -431,7 +448,8 @@ impl ScopeState {
     #[inline]
     pub(crate) fn gate(&self, p: &ScopeParams, amount: f64, now: Timestamp) -> Gate {
         let mut until = self.hard_until.max(self.next_allowed);
-        if let (Some(q), Some(start)) = (p.quota, self.quota_start)
+        if let Some(q) = p.quota
+            && let Some(start) = self.quota_start
             && self.consumed > 0.0
             && self.consumed + amount > q
         {
@@ -788,6 +806,41 @@ pub(crate) fn mul_duration(window: Duration, n: u64) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What an admission and a completion without backoff, rampup or quota touch lies in
+    /// the first [`HOT_BYTES`], the only part of a state the scheduler prefetches.
+    #[test]
+    fn the_hot_fields_share_two_cache_lines() {
+        use core::mem::{align_of, offset_of, size_of};
+        assert_eq!(align_of::<ScopeState>(), 64);
+        let end = |offset: usize, size: usize| offset + size;
+        for (field, last_byte) in [
+            ("next_allowed", end(offset_of!(ScopeState, next_allowed), 8)),
+            ("hard_until", end(offset_of!(ScopeState, hard_until), 8)),
+            ("delay", end(offset_of!(ScopeState, delay), 8)),
+            ("last_used", end(offset_of!(ScopeState, last_used), 8)),
+            ("params", end(offset_of!(ScopeState, params), 4)),
+            ("concurrency", end(offset_of!(ScopeState, concurrency), 4)),
+            ("active", end(offset_of!(ScopeState, active), 4)),
+            ("level", end(offset_of!(ScopeState, level), 4)),
+            ("live", end(offset_of!(ScopeState, live), 1)),
+            ("sent", end(offset_of!(ScopeState, sent), 8)),
+            ("done", end(offset_of!(ScopeState, done), 8)),
+            (
+                "last_sent",
+                end(
+                    offset_of!(ScopeState, last_sent),
+                    size_of::<Option<Timestamp>>(),
+                ),
+            ),
+            (
+                "waiters",
+                end(offset_of!(ScopeState, waiters), size_of::<VecDeque<u64>>()),
+            ),
+        ] {
+            assert!(last_byte <= HOT_BYTES, "{field} ends at byte {last_byte}");
+        }
+    }
 
     #[test]
     fn scope_kinds() {

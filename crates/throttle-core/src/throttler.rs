@@ -699,7 +699,7 @@ impl Throttler {
     pub fn prefetch_hint(&self, hint: &ScopeHint) {
         let i = hint.slot as usize;
         if let Some(state) = self.slots.get(i) {
-            crate::prefetch(state);
+            crate::prefetch::prefetch_prefix(state, crate::scope::HOT_BYTES);
         }
         if let Some(generation) = self.generations.get(i) {
             crate::prefetch(generation);
