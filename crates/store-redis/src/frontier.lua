@@ -93,11 +93,12 @@ end
 
 -- ------------------------------------------------------------------ counters
 -- One string of doubles, read once per call (GET) and written once if changed (SET).
+-- C's fields are the counters by name, read and written directly (C.queued): the first
+-- read of one in a call loads them all (C's metatable, set by bind), and reset() clears
+-- them. The table is kept from call to call (its 22 fields are allocated once, not on
+-- every call).
 local C = {}
-local Cdirty = false
 local Cloaded = false
--- The table C is kept from call to call (its 22 fields are allocated once, not on every
--- call) but its values are read again in each call before any use (Cloaded).
 local function cload()
   Cloaded = true
   local raw = call('GET', KC)
@@ -120,23 +121,16 @@ local function cload()
     end
   end
 end
-local function cget(name)
-  if not Cloaded then cload() end
-  return C[name]
-end
-local function cset(name, v)
-  if not Cloaded then cload() end
-  C[name] = v
-  Cdirty = true
-end
-local function cadd(name, d)
-  if not Cloaded then cload() end
-  C[name] = C[name] + d
-  Cdirty = true
-end
+-- C's metatable: a counter read before they are loaded loads them (every write to one
+-- follows a read of it, or an explicit cload).
+local CMETA = {__index = function(t, k)
+  if Cloaded then return nil end
+  cload()
+  return rawget(t, k)
+end}
 -- Written only when they changed (C._raw: as read).
 local function cflush()
-  if not Cdirty then return end
+  if not Cloaded then return end
   local raw = spack(CFMT, C.seq, C.queued, C.delayed, C.inf, C.tick, C.gnext, C.groups,
     C.rh, C.rl, C.tclk, C.dmax, C.ovn, C.enq, C.deq, C.leased, C.acked, C.retried, C.redel,
     C.evicted, C.hL, C.hS, C.hN)
@@ -144,7 +138,6 @@ local function cflush()
     call('SET', KC, raw)
     C._raw = raw
   end
-  Cdirty = false
 end
 
 -- ------------------------------------------------------------------ settings, params
@@ -298,8 +291,8 @@ end
 
 -- The throttler's monotonic guard.
 local function tclamp(now)
-  local latest = cget('tclk')
-  if now > latest then cset('tclk', now); return now end
+  local latest = C.tclk
+  if now > latest then C.tclk = now; return now end
   return latest
 end
 
@@ -335,13 +328,13 @@ local function xor_shr(h, l, n)             -- (h,l) ^ ((h,l) >> n), 0 < n < 32
   return b.bxor(h, sh) % TWO32, b.bxor(l, sl) % TWO32
 end
 local function rng_next_f64()
-  local h, l = cget('rh'), cget('rl')
+  local h, l = C.rh, C.rl
   -- state += 0x9E3779B97F4A7C15
   l = l + 0x7F4A7C15
   local carry = floor(l / TWO32)
   l = l % TWO32
   h = (h + 0x9E3779B9 + carry) % TWO32
-  cset('rh', h); cset('rl', l)
+  C.rh = h; C.rl = l
   local zh, zl = xor_shr(h, l, 30)
   zh, zl = mul64(zh, zl, 0xBF58476D, 0x1CE4E5B9)
   zh, zl = xor_shr(zh, zl, 27)
@@ -553,12 +546,12 @@ end
 local KOV
 -- No lookup at all while the crawl has no override (the counter "ovn" counts them).
 local function override_of(name)
-  if cget('ovn') == 0 then return nil end
+  if C.ovn == 0 then return nil end
   return hload(KOV, name)
 end
 local function override_save(name, ov, existed)
   hsave(KOV, name, ov)
-  if not existed then cadd('ovn', 1) end
+  if not existed then C.ovn = C.ovn + 1 end
 end
 
 -- A scope state in "t": a byte saying which optional times are set (1 last sent, 2 ramp
@@ -654,7 +647,7 @@ end
 
 -- gate_all over uses {{name, amount}...} (fair, nothing reserved: no waiters here).
 local function gate_all(uses, now)
-  if cget('inf') >= settings().concurrent_requests then return 'blocked' end
+  if C.inf >= settings().concurrent_requests then return 'blocked' end
   local untl, full = nil, false
   for _, u in ipairs(uses) do
     local st = Tcache[u[1]]
@@ -684,21 +677,22 @@ end
 -- try_acquire_hinted: returns true and whether the send is counted (the permit holds the
 -- uses' scopes, or none when not throttled), or nil and why.
 local function try_acquire(uses, dont_throttle, now)
-  now = tclamp(now)
+  -- tclamp, inline.
+  local latest = C.tclk
+  if now > latest then C.tclk = now else now = latest end
   if dont_throttle then return true, false end
   if #uses == 1 then
     -- One scope (the common case): resolve_all, gate_all and the sends below, without
     -- their lists.
     local name = uses[1][1]
     local a = norm_amount(uses[1][2])
-    tresolve(name, now)
-    if cget('inf') >= settings().concurrent_requests then return nil, 'blocked' end
-    local st, p = Tcache[name], params_of(name)
+    local st, p = tresolve(name, now)
+    if C.inf >= (S or settings()).concurrent_requests then return nil, 'blocked' end
     local g = gate(st, p, a, now)
     if g == 'full' then return nil, 'blocked' end
     if g ~= 'open' then return nil, g end
     record_send(st, p, a, now)
-    cadd('inf', 1)
+    C.inf = C.inf + 1
     return true, true
   end
   local list = resolve_all(uses, now)
@@ -707,7 +701,7 @@ local function try_acquire(uses, dont_throttle, now)
   for _, x in ipairs(list) do
     record_send(Tcache[x[1]], params_of(x[1]), x[2], now)
   end
-  cadd('inf', 1)
+  C.inf = C.inf + 1
   return true, true
 end
 
@@ -758,7 +752,7 @@ local function release(permit, outcome, now)
     end
     st.lu = now
   end
-  if permit.counted then cadd('inf', -1) end
+  if permit.counted then C.inf = C.inf - 1 end
   return tload(permit.s)
 end
 
@@ -996,9 +990,9 @@ local Rdirty = {}
 local function nhash(name) return tonumber(ssub(redis.sha1hex(name), 1, 8), 16) end
 local NBK = {}        -- bucket number -> key, this call
 local function nbucket_of(h)
-  local m = 2 ^ cget('hL')
+  local m = 2 ^ C.hL
   local b = h % m
-  if b < cget('hS') then b = h % (m * 2) end
+  if b < C.hS then b = h % (m * 2) end
   local k = NBK[b]
   if not k then
     -- (string.format's %d: Lua's own number to string conversion is a %.14g printf.)
@@ -1212,8 +1206,8 @@ end
 
 -- Linear hashing: bucket hS splits into hS and hS + 2^hL; hS goes round 0 .. 2^hL - 1.
 local function nsplit()
-  while cget('hN') > 48 * (2 ^ cget('hL') + cget('hS')) do
-    local L, sp = cget('hL'), cget('hS')
+  while C.hN > 48 * (2 ^ C.hL + C.hS) do
+    local L, sp = C.hL, C.hS
     local m = 2 ^ L
     local src, dst = P .. 'N:' .. sp, P .. 'N:' .. (sp + m)
     local all = call('HGETALL', src)
@@ -1231,8 +1225,8 @@ local function nsplit()
     end
     sp = sp + 1
     if sp == m then L, sp = L + 1, 0 end
-    cset('hL', L)
-    cset('hS', sp)
+    C.hL = L
+    C.hS = sp
   end
 end
 local function rflush()
@@ -1254,13 +1248,13 @@ local function rflush()
       end
       if not r.stored then
         r.stored = true
-        cadd('hN', 1)
+        C.hN = C.hN + 1
       end
     elseif r and r.stored then
       call('HDEL', b, name)
       r.stored = false
       r._raw = nil
-      cadd('hN', -1)
+      C.hN = C.hN - 1
     end
   end
   for b, flat in pairs(put) do call_many('HSET', b, flat, 2000) end
@@ -1328,7 +1322,14 @@ local function G(key)
   if not g then fail('CORRUPT', 'group ' .. key .. ' has no record') end
   if not g.seen then
     g.seen = true
-    for i, u in ipairs(uses_of(key)) do Pkey[u[1]] = ssub(g.pk, i, i) end
+    -- Its scopes, kept with it (g.u: uses_of(key)).
+    local uses = uses_of(key)
+    g.u = uses
+    if #uses == 1 and #g.pk == 1 then
+      Pkey[uses[1][1]] = g.pk
+    else
+      for i, u in ipairs(uses) do Pkey[u[1]] = ssub(g.pk, i, i) end
+    end
   end
   return g
 end
@@ -1477,14 +1478,20 @@ local function amount_of(key)
   return a
 end
 -- `head`: the head's order value, nil (look it up) or false (none).
-local function rank_member(key, head)
-  local g = G(key)
+-- `g`: G(key), when the caller has it.
+local function rank_member(key, head, g)
+  g = g or G(key)
   local v = head
   if v == nil then v = head_v(key) elseif v == false then v = nil end
   if not v then v = -2 * I32_MIN + 1 end
-  local ld = math.min(math.max(g.ld, 0), 1)
-  local scaled = floor(ld * 65535 + 0.5)
-  local u = uses_of(key)
+  -- The load clamped to [0, 1], scaled to 16 bits.
+  local ld, scaled = g.ld, 0
+  if ld >= 1 then
+    scaled = 65535
+  elseif not (ld <= 0) then
+    scaled = floor(ld * 65535 + 0.5)
+  end
+  local u = g.u
   local amount16 = u.am16
   if not amount16 then
     local a = amount_of(key)
@@ -1493,20 +1500,25 @@ local function rank_member(key, head)
     u.am16 = amount16
   end
   local ls = g.ls
-  local len = IFMT.len(ls)
+  local len = ls < 256 and 1 or IFMT.len(ls)
   return spack(IFMT.rank[len], oenc(v), scaled, 65535 - amount16, len, ls, g.gid, key)
 end
 -- The tier of a rank member (or of a record's listing).
 local function tier_of(m) return ssub(m, 1, tier_len(m)) end
 local function member_key(m)
-  local _, at = vdec(m, tier_len(m) + 1, false, 'a ranked group entry')
-  if #m < at + 3 then fail('CORRUPT', 'a ranked group entry is truncated') end
-  return ssub(m, at + 4)
+  -- After the tier: last served (a length byte, then that many bytes), group number (4).
+  local at = tier_len(m) + 1
+  local len = sbyte(m, at)
+  if not len or len < 1 or len > 6 or #m < at + len then
+    fail('CORRUPT', 'a ranked group entry: too short or damaged')
+  end
+  if #m < at + len + 4 then fail('CORRUPT', 'a ranked group entry is truncated') end
+  return ssub(m, at + len + 5)
 end
 -- The member a group is listed under (its tier is kept; the rest follows).
 local function listing(key, g)
   local ls = g.ls
-  local len = IFMT.len(ls)
+  local len = ls < 256 and 1 or IFMT.len(ls)
   return spack(IFMT.list[len], g.tier, len, ls, g.gid, key)
 end
 local function pkey(name) return P .. 'k:' .. name end
@@ -1525,15 +1537,16 @@ local function unlist(key)
   end
 end
 
-local function make_candidate(key, woken, head)
-  unlist(key)
-  local g = G(key)
-  local m = rank_member(key, head)
+-- `g`: G(key), when the caller has it.
+local function make_candidate(key, woken, head, g)
+  g = g or G(key)
+  if g.tier then unlist(key) end
+  local m = rank_member(key, head, g)
   g.st = 'C'
   g.wb = woken
   g.ps = nil
   g.tier = tier_of(m)
-  rmark(key)
+  Rdirty[key] = true
   cos.add(KCAND, m)
 end
 
@@ -1673,15 +1686,15 @@ local function group_for(key, kinds, pks)
     X.gfree0 = not gid
   end
   if not gid then
-    gid = cget('gnext')
-    cset('gnext', gid + 1)
+    gid = C.gnext
+    C.gnext = gid + 1
   end
   r = rec_make(key)
   local g = {gid = gid, n = 0, dl = 0, a = 0, ls = 0, st = 'I', ld = 0, sh = false,
              own = false, pk = table.concat(pk)}
   r.g = g
   G(key)
-  cadd('groups', 1)
+  C.groups = C.groups + 1
   for _, u in ipairs(uses) do
     local s = SSr(u[1])
     if s.sh then
@@ -1708,7 +1721,7 @@ local function enqueue(key, member)
   q_add(g, member)
   g.n = g.n + 1
   rmark(key)
-  cadd('queued', 1)
+  C.queued = C.queued + 1
   -- The head bucket changes only if the new member's bucket sorts before the old head's.
   local mine = member_order(member)
   local head, changed = old, false
@@ -1732,7 +1745,7 @@ local function insert(key, seq, body, priority, start, not_before, now)
     rmark(key)
     call('HSET', KDR, seq, spack('>i4BH', priority, class, #key) .. key .. member)
     cos.add(KEV, spack('>d', not_before) .. '\1' .. spack('>I7', seq))
-    cadd('delayed', 1)
+    C.delayed = C.delayed + 1
     return
   end
   enqueue(key, member)
@@ -1762,7 +1775,7 @@ local function handle_events(now)
       local raw = call('HGET', KDR, seq)
       if raw then
         call('HDEL', KDR, seq)
-        cadd('delayed', -1)
+        C.delayed = C.delayed - 1
         local ok, _, _, len, pos = pcall(sunpack, '>i4BH', raw)
         local key = ok and ssub(raw, pos, pos + len - 1)
         local member = ok and ssub(raw, pos + len)
@@ -1785,12 +1798,13 @@ local function pop_candidate()
     local m = cos.pop(KCAND)
     if not m then return nil end
     local key = member_key(m)
-    local r = rec(key)
+    local r = R[key]
+    if r == nil then r = rec(key) end
     local g = r and r.g
     if g and g.st == 'C' and g.tier and listing(key, g) == m then
       G(key)
       g.tier = nil
-      rmark(key)
+      Rdirty[key] = true
       if g.sh then
         g.ld = tload(uses_of(key), 1)
         local fresh = rank_member(key)
@@ -1844,12 +1858,13 @@ local function blocking_scope(key, now)
   return nil
 end
 
-local function take_head(key)
-  cadd('tick', 1)
-  local g = G(key)
+-- Returns the head, its priority, class and sequence number and its body (flags and
+-- payload). `g`: G(key).
+local function take_head(key, g)
+  C.tick = C.tick + 1
   -- The head and the one after it (the next head) in one read.
   local k, slot = qloc(g)
-  cos.qflush(k)
+  if X.qpend then cos.qflush(k) end
   local two
   if g.own then
     two = call('ZRANGE', k, '0', '1')
@@ -1861,20 +1876,20 @@ local function take_head(key)
   cos.zrem1(k, m)
   -- Still listed only when taken through the unthrottled lane: its listing holds the
   -- old last-served tick, so it goes before that changes.
-  unlist(key)
-  local priority, class = v_bucket((member_order(m)))
+  if g.tier then unlist(key) end
+  local priority, class, seq, body = member_parts(m)
   g.n = g.n - 1
   g.a = g.a + 1
-  g.ls = cget('tick')
-  rmark(key)
-  cadd('queued', -1)
+  g.ls = C.tick
+  Rdirty[key] = true
+  C.queued = C.queued - 1
   if g.n > 0 then
     if not two[2] then fail('CORRUPT', 'group ' .. key .. ' counts requests but has none') end
-    make_candidate(key, nil, (member_order(two[2])))
+    make_candidate(key, nil, (member_order(two[2])), g)
   else
     g.st = 'I'
   end
-  return m, priority, class
+  return m, priority, class, seq, body
 end
 
 local function collect(key)
@@ -1891,7 +1906,7 @@ local function collect(key)
   X.gfree0 = nil
   r.g = nil
   rmark(key)
-  cadd('groups', -1)
+  C.groups = C.groups - 1
   for i, u in ipairs(uses_of(key)) do
     local name = u[1]
     local s = SSr(name)
@@ -1953,7 +1968,7 @@ local function evict_idle(now, budget)
         local v = call('HGET', P .. 'np', name)
         if v and sbyte(v, '1') == 0 then call('HDEL', P .. 'np', name) end
         call('ZREM', KTI, name)
-        cadd('evicted', 1)
+        C.evicted = C.evicted + 1
       else
         call('ZADD', KTI, now, name)
       end
@@ -1985,9 +2000,9 @@ end
 -- `again`: another poll at the same instant in the same call, whose events were handled.
 local function sched_poll(now, reserve, again)
   if not again then handle_events(now) end
-  while cget('queued') > 0 do
+  while C.queued > 0 do
     local key
-    if cget('inf') >= settings().concurrent_requests then
+    if C.inf >= (S or settings()).concurrent_requests then
       key = unthrottled_candidate()
       if not key then return 'blocked' end
     else
@@ -1995,7 +2010,7 @@ local function sched_poll(now, reserve, again)
       if not key then break end
     end
     local g = G(key)
-    local uses = uses_of(key)
+    local uses = g.u
     local unthrottled = #uses == 0
     local acquired, why, counted
     if reserve then
@@ -2006,14 +2021,22 @@ local function sched_poll(now, reserve, again)
       why = tcheck(uses, now)
     end
     if reserve and acquired then
-      -- The permit's load: its scopes are the uses' (none when not throttled).
-      g.ld = tload(uses, 1)
+      -- The permit's load: its scopes are the uses' (none when not throttled; one
+      -- scope's state is in Tcache, try_acquire resolved it).
+      local ld = 0
+      if #uses == 1 then
+        local st = Tcache[uses[1][1]]
+        if st.c ~= 0 then ld = st.a / st.c end
+      elseif #uses > 1 then
+        ld = tload(uses, 1)
+      end
+      g.ld = ld
       local woken = g.wb
       g.wb = nil
-      rmark(key)
-      local m, priority, class = take_head(key)
+      Rdirty[key] = true
+      local m, priority, class, seq, body = take_head(key, g)
       if woken then rearm(uses[woken][1], now) end
-      return 'ready', key, m, counted, priority, class
+      return 'ready', key, m, counted, priority, class, seq, body
     elseif not reserve and not why then
       make_candidate(key, g.wb)
       return 'peek', key
@@ -2031,7 +2054,7 @@ local function sched_poll(now, reserve, again)
       arm(uses[i][1], why)
     end
   end
-  if cget('queued') == 0 and cget('delayed') == 0 then return 'empty' end
+  if C.queued == 0 and C.delayed == 0 then return 'empty' end
   local t = next_event_time()
   if t >= 0 then return 'until', t end
   return 'blocked'
@@ -2059,7 +2082,7 @@ local function stat(name, d) call('HINCRBY', KST, name, d) end
 local LFMT = '>i4BBdH'
 local function lease_pack(pr, sr, dt, counted, k, x, g, b)
   local bits = (sr and 1 or 0) + (dt and 2 or 0) + (counted and 4 or 0)
-  return spack(LFMT, pr, bits, k, x, #g) .. g .. b
+  return spack('>i4BBdHc0c0', pr, bits, k, x, #g, g, b)
 end
 local function lease_load(seq)
   local raw = call('HGET', KL, seq)
@@ -2099,8 +2122,8 @@ local function redeliver_expired(now, limit)
       group_for(key, nil, pk)
       local flags = sbyte(rec.b, 1) % 4 + ((rec.k + 1) % 64) * 4
       insert(key, tonumber(seq), schar(flags) .. ssub(rec.b, 2), rec.pr, rec.sr, nil, now)
-      cadd('enq', 1)
-      cadd('redel', 1)
+      C.enq = C.enq + 1
+      C.redel = C.redel + 1
     end
   end
 end
@@ -2144,8 +2167,8 @@ OPS.init = function(args)
     local t = call('TIME')
     call('HSET', KCFG, 'epoch_s', t[1], 'digest', redis.sha1hex(table.concat(args, '\0')))
     cload()
-    cset('rh', tonumber(args[3]))
-    cset('rl', tonumber(args[4]))
+    C.rh = tonumber(args[3])
+    C.rl = tonumber(args[4])
     cflush()
     for i = 5, #args, 2 do call('HSET', P .. 'np', args[i], args[i + 1]) end
   end
@@ -2335,15 +2358,15 @@ OPS.push = function(args)
       local o = 8 * (r - 1)
       local key, flags = F[o + 1], F[o + 4]
       group_for(key, F[o + 2])
-      local seq = cget('seq')
+      local seq = C.seq
       if seq >= SEQ_SPAN then fail('CONFIG', 'the crawl has used all 2^40 sequence numbers') end
-      cset('seq', seq + 1)
+      C.seq = seq + 1
       local nb = nil
       if flags % 4 >= 2 then nb = NOW + F[o + 5] end
       insert(key, seq, F[o + 7], F[o + 3], flags % 2 == 1, nb, NOW)
-      cadd('enq', 1)
+      C.enq = C.enq + 1
       local depth = F[o + 6]
-      if depth > cget('dmax') then cset('dmax', depth) end
+      if depth > C.dmax then C.dmax = depth end
       out[r] = seq
     end
   end
@@ -2388,29 +2411,32 @@ OPS.poll = function(args)
     exps = string.format('%d', exp)
   end
   local lrec, lexp = {}, {}
-  while out[1] < max do
-    local kind, key, m, counted, priority = sched_poll(NOW, true, out[1] > 0)
+  local n, nl, sfmt = 0, 0, string.format
+  local nout = 1
+  while n < max do
+    local kind, key, _, counted, priority, _, seq, body = sched_poll(NOW, true, n > 0)
     if kind ~= 'ready' then
       last, last_t = kind, key
       break
     end
-    local _, _, seq, body = member_parts(m)
     local flags = sbyte(body, 1)
-    local start = flags % 2 == 1
-    local dt = floor(flags / 2) % 2 == 1
     local k = floor(flags / 4)
-    local sseq = string.format('%d', seq)
-    lrec[#lrec + 1] = sseq
-    lrec[#lrec + 1] = lease_pack(priority, start, dt, counted, k, exp, key, body)
-    lexp[#lexp + 1] = exps
-    lexp[#lexp + 1] = sseq
-    cadd('deq', 1)
-    cadd('leased', 1)
-    out[1] = out[1] + 1
-    out[#out + 1] = seq + k * SEQ_SPAN
-    out[#out + 1] = ssub(body, 2)
-    out[#out + 1] = key
+    local sseq = sfmt('%d', seq)
+    lrec[nl + 1] = sseq
+    lrec[nl + 2] = lease_pack(priority, flags % 2 == 1, floor(flags / 2) % 2 == 1, counted, k,
+                              exp, key, body)
+    lexp[nl + 1] = exps
+    lexp[nl + 2] = sseq
+    nl = nl + 2
+    n = n + 1
+    out[nout + 1] = seq + k * SEQ_SPAN
+    out[nout + 2] = ssub(body, 2)
+    out[nout + 3] = key
+    nout = nout + 3
   end
+  out[1] = n
+  C.deq = C.deq + n
+  C.leased = C.leased + n
   if #lrec > 0 then
     call_many('HSET', KL, lrec, 2000)
     call_many('ZADD', KLX, lexp, 2000)
@@ -2463,7 +2489,7 @@ OPS.complete = function(args)
   if not rec then return 0 end
   end_lease(seq)
   frontier_release(rec, decode_outcome(args[2], args[3], args[4]), NOW)
-  cadd('acked', 1)
+  C.acked = C.acked + 1
   flush_all()
   return 1
 end
@@ -2476,14 +2502,14 @@ OPS.retry = function(args)
   local key, pk = rec.g, G(rec.g).pk
   frontier_release(rec, decode_outcome(args[2], args[3], args[4]), NOW)
   group_for(key, nil, pk)
-  local new_seq = cget('seq')
-  cset('seq', new_seq + 1)
+  local new_seq = C.seq
+  C.seq = new_seq + 1
   local priority = math.min(math.max(rec.pr + tonumber(args[5]), I32_MIN), I32_MAX)
   -- A new request: its redelivery count starts again.
   insert(key, new_seq, schar(sbyte(rec.b, 1) % 4) .. ssub(rec.b, 2), priority, rec.sr, nil,
     NOW)
-  cadd('retried', 1)
-  cadd('enq', 1)
+  C.retried = C.retried + 1
+  C.enq = C.enq + 1
   flush_all()
   return 1
 end
@@ -2630,9 +2656,9 @@ end
 -- info: counters {queued, delayed, leased, in_flight(throttle), groups, stats...}
 OPS.info = function(args)
   local st = call('HGETALL', KST)
-  local out = {cget('queued'), cget('delayed'), call('HLEN', KL), cget('inf'),
-               cget('groups'), cget('enq'), cget('deq'), cget('leased'), cget('acked'),
-               cget('retried'), cget('redel'), cget('dmax')}
+  local out = {C.queued, C.delayed, call('HLEN', KL), C.inf,
+               C.groups, C.enq, C.deq, C.leased, C.acked,
+               C.retried, C.redel, C.dmax}
   for i = 1, #st do out[#out + 1] = st[i] end
   return out
 end
@@ -2669,7 +2695,15 @@ local function reset(prefix)
   local first, fsep = X.first or {}, X.fsep or {}
   X = fresh(X)
   X.first, X.fsep = fresh(first), fresh(fsep)
-  Cdirty, Cloaded = false, false   -- C's values are read again before any use
+  -- C's values are read again before any use (its metatable loads them).
+  if not CMETA.set then
+    CMETA.set = true
+    setmetatable(C, CMETA)
+  end
+  if Cloaded then
+    for i = 1, #CN do C[CN[i]] = nil end
+    Cloaded = false
+  end
   S, SRAW, SDIGEST, SC, EPOCH_S, LAYOUT_SEEN = nil, nil, nil, nil, nil, nil
   Pcache, Pkey = fresh(Pcache), fresh(Pkey)
   NOW = nil
