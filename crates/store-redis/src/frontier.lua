@@ -1117,40 +1117,68 @@ local function rdecode(name, raw)
   if pos ~= len + 1 then rbad(name) end
   return {stored = true, g = g, s = s}
 end
+-- The record's fields go into RFMT.out in order and out in one struct.pack, whose format
+-- follows from the parts byte and the two flag bytes alone (RFMT.enc, by those three).
+function RFMT.fmt(parts, gf, sf)
+  local f = {'>B'}
+  if parts % 2 == 1 then
+    f[#f + 1] = ssub(RFMT[floor(parts / 8)], 2)
+    if gf % 128 >= 64 then f[#f + 1] = 'I4I4' end
+    if gf >= 128 then f[#f + 1] = 'I5' end
+    if gf % 32 >= 16 then f[#f + 1] = 'd' end
+    if gf % 16 >= 8 then f[#f + 1] = 'c0' end
+    if gf % 64 >= 32 then f[#f + 1] = 'B' end
+    if gf % 8 >= 4 then f[#f + 1] = 'B' end
+    if parts % 8 < 4 then f[#f + 1] = 'Bc0' end
+  end
+  if parts % 4 >= 2 then
+    f[#f + 1] = 'B'
+    if sf % 32 >= 16 then f[#f + 1] = 'I4' end
+    if sf % 4 >= 2 then f[#f + 1] = 'd' end
+    if sf % 16 >= 8 then f[#f + 1] = 'Hc0' end
+  end
+  return table.concat(f)
+end
+RFMT.enc = {}
 local function rencode(name, r)
   local g, s = r.g, r.s
   local parts = (g and 1 or 0) + (s and 2 or 0)
   local out, n = RFMT.out, 1
+  local gf, sf = 0, 0
   if g then
     local short = (g.pk == '1' and 4 or 0) + (g.n < 256 and 8 or 0) + (g.gid < 16777216 and 16 or 0)
     parts = parts + short
     local counts = g.dl ~= 0 or g.a ~= 0
-    local gf = (g.sh and 1 or 0) + (g.own and 2 or 0) + (g.wb and 4 or 0)
+    gf = (g.sh and 1 or 0) + (g.own and 2 or 0) + (g.wb and 4 or 0)
       + (g.tier and 8 or 0) + (g.ld ~= 0 and 16 or 0) + (g.ps and 32 or 0)
       + (counts and 64 or 0) + (g.ls ~= 0 and 128 or 0)
-    n = n + 1; out[n] = spack(RFMT[floor(short / 8)], g.gid, g.n, GST[g.st], gf)
-    if counts then n = n + 1; out[n] = spack('>I4I4', g.dl, g.a) end
-    if g.ls ~= 0 then n = n + 1; out[n] = spack('>I5', g.ls) end
-    if g.ld ~= 0 then n = n + 1; out[n] = spack('>d', g.ld) end
+    out[2], out[3], out[4], out[5] = g.gid, g.n, GST[g.st], gf
+    n = 5
+    if counts then out[n + 1], out[n + 2] = g.dl, g.a; n = n + 2 end
+    if g.ls ~= 0 then n = n + 1; out[n] = g.ls end
+    if g.ld ~= 0 then n = n + 1; out[n] = g.ld end
     if g.tier then n = n + 1; out[n] = g.tier end
-    if g.ps then n = n + 1; out[n] = schar(g.ps) end
-    if g.wb then n = n + 1; out[n] = schar(g.wb) end
-    if g.pk ~= '1' then
-      n = n + 1; out[n] = schar(#g.pk)
-      n = n + 1; out[n] = g.pk
-    end
+    if g.ps then n = n + 1; out[n] = g.ps end
+    if g.wb then n = n + 1; out[n] = g.wb end
+    if g.pk ~= '1' then out[n + 1], out[n + 2] = #g.pk, g.pk; n = n + 2 end
   end
   if s then
     local named = s.ow ~= nil and s.ow ~= name
-    local sf = (s.sh and 1 or 0) + (s.tm and 2 or 0) + (s.ow == name and 4 or 0)
+    sf = (s.sh and 1 or 0) + (s.tm and 2 or 0) + (s.ow == name and 4 or 0)
       + (named and 8 or 0) + (s.rf ~= 1 and 16 or 0)
-    n = n + 1; out[n] = schar(sf)
-    if s.rf ~= 1 then n = n + 1; out[n] = spack('>I4', s.rf) end
-    if s.tm then n = n + 1; out[n] = spack('>d', s.tm) end
-    if named then n = n + 1; out[n] = spack('>H', #s.ow) .. s.ow end
+    n = n + 1; out[n] = sf
+    if s.rf ~= 1 then n = n + 1; out[n] = s.rf end
+    if s.tm then n = n + 1; out[n] = s.tm end
+    if named then out[n + 1], out[n + 2] = #s.ow, s.ow; n = n + 2 end
   end
-  out[1] = schar(parts)
-  return table.concat(out, '', 1, n)
+  out[1] = parts
+  local key = parts + 32 * gf + 8192 * sf
+  local f = RFMT.enc[key]
+  if not f then
+    f = RFMT.fmt(parts, gf, sf)
+    RFMT.enc[key] = f
+  end
+  return spack(f, unpack(out, 1, n))
 end
 local function rec(name)
   local r = R[name]
@@ -2323,17 +2351,21 @@ OPS.push = function(args)
   -- F: 8 fields per request.
   local F, n, pos, len = {}, 0, 1, #blob
   local fps = {}
-  while pos <= len do
-    local ok, key, kinds, fp, priority, flags, delay, depth, body, nxt =
-      pcall(sunpack, PUSHFMT, blob, pos)
-    if not ok or type(nxt) ~= 'number' then fail('CONFIG', 'push: a damaged batch') end
-    local o = 8 * n
-    F[o + 1], F[o + 2], F[o + 3], F[o + 4] = key, kinds, priority, flags
-    F[o + 5], F[o + 6], F[o + 7] = delay, depth, body
-    n = n + 1
-    fps[n] = fp
-    pos = nxt
-  end
+  -- The whole batch decoded under one pcall (a damaged one fails as a whole).
+  local ok = pcall(function()
+    while pos <= len do
+      local key, kinds, fp, priority, flags, delay, depth, body, nxt =
+        sunpack(PUSHFMT, blob, pos)
+      if type(nxt) ~= 'number' then error('short') end
+      local o = 8 * n
+      F[o + 1], F[o + 2], F[o + 3], F[o + 4] = key, kinds, priority, flags
+      F[o + 5], F[o + 6], F[o + 7] = delay, depth, body
+      n = n + 1
+      fps[n] = fp
+      pos = nxt
+    end
+  end)
+  if not ok then fail('CONFIG', 'push: a damaged batch') end
   local dup = dedup_check(fps, n)
   -- The records of the batch's groups and scopes, one HMGET per bucket.
   local names = {}
