@@ -47,3 +47,15 @@ pub fn peer_requests_range(start: usize, end: usize, d: usize) -> Vec<Request> {
 pub fn peer_requests(n: usize, d: usize) -> Vec<Request> {
     peer_requests_range(0, n, d)
 }
+
+/// A Redis frontier's configuration with `dupefilter` and every other setting at its
+/// default (the Redis benchmarks' crawls differ only in their duplicate filter).
+pub fn redis_config(dupefilter: frontier_core::DupeFilterConfig) -> store_redis::RedisConfig {
+    store_redis::RedisConfig {
+        frontier: frontier_core::FrontierConfig {
+            dupefilter,
+            ..frontier_core::FrontierConfig::default()
+        },
+        ..store_redis::RedisConfig::default()
+    }
+}

@@ -15,10 +15,10 @@
 //! file's after each `open` (same function name): a changed script measured without a
 //! rebuild, as long as it reads and writes the same layout as the built one.
 #![allow(clippy::print_stdout)]
-use frontier_core::{DupeFilterConfig, FrontierConfig};
+use frontier_core::DupeFilterConfig;
 use store_redis::{RedisConfig, RedisFrontier};
 use throttle_core::{Settings, Timestamp};
-use workspace_benches::peer_requests_range;
+use workspace_benches::{peer_requests_range, redis_config};
 
 fn settings() -> Settings {
     // As redis-bench: throttling on for every poll, but nothing waits.
@@ -69,13 +69,7 @@ fn main() {
     };
     let now = Timestamp::ZERO;
     let reqs = peer_requests_range(0, n, hosts);
-    let queue_only = RedisConfig {
-        frontier: FrontierConfig {
-            dupefilter: DupeFilterConfig::Disabled,
-            ..FrontierConfig::default()
-        },
-        ..RedisConfig::default()
-    };
+    let queue_only = redis_config(DupeFilterConfig::Disabled);
     let mut q = RedisFrontier::open(&url, "queue", settings(), queue_only).unwrap();
     override_script(&mut c);
     let t0 = std::time::Instant::now();

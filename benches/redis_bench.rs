@@ -52,11 +52,11 @@
 
 use std::time::Instant;
 
-use frontier_core::{DupeFilterConfig, FrontierConfig, Poll, PushOutcome, Request};
+use frontier_core::{DupeFilterConfig, Poll, PushOutcome, Request};
 use store_redis::testing::RedisServer;
 use store_redis::{RedisConfig, RedisFrontier};
 use throttle_core::{Outcome, Settings, Timestamp};
-use workspace_benches::peer_requests_range;
+use workspace_benches::{peer_requests_range, redis_config};
 
 fn used_memory(c: &mut redis::Connection) -> i64 {
     let info: String = redis::cmd("INFO").arg("memory").query(c).unwrap();
@@ -273,13 +273,7 @@ fn main() {
     let reqs = peer_requests_range(0, n, hosts);
     let url_len = reqs.iter().map(|r| r.url.len()).sum::<usize>() as f64 / n as f64;
     {
-        let config = RedisConfig {
-            frontier: FrontierConfig {
-                dupefilter: DupeFilterConfig::Disabled,
-                ..FrontierConfig::default()
-            },
-            ..RedisConfig::default()
-        };
+        let config = redis_config(DupeFilterConfig::Disabled);
         let mut f = RedisFrontier::open(&url, "queue", settings(), config).unwrap();
         // Both memory readings follow a CONFIG RESETSTAT (in reset_stats): it frees the
         // latency histograms Redis allocates per command on its first use (~30 KB each,
@@ -371,16 +365,10 @@ fn main() {
 
     // ------------------------------------------------- Bloom filter at 1%
     {
-        let config = RedisConfig {
-            frontier: FrontierConfig {
-                dupefilter: DupeFilterConfig::Bloom {
-                    capacity: n as u64,
-                    false_positive_rate: 0.01,
-                },
-                ..FrontierConfig::default()
-            },
-            ..RedisConfig::default()
-        };
+        let config = redis_config(DupeFilterConfig::Bloom {
+            capacity: n as u64,
+            false_positive_rate: 0.01,
+        });
         let mut b = RedisFrontier::open(&url, "bloom", settings(), config).unwrap();
         reset_stats(&mut c);
         let t0 = Instant::now();
