@@ -18,11 +18,7 @@ pub fn prefetch<T>(value: &T) {
     // The size is a constant, so this unrolls into a few prefetches: one per 64 bytes
     // from the start, and the line of the last byte (a value need not start on a line).
     let size = core::mem::size_of::<T>().clamp(1, 4 * 64);
-    let mut offset = 0;
-    while offset < size {
-        prefetch_line(start.wrapping_add(offset));
-        offset += 64;
-    }
+    prefetch_lines(start, size);
     if size > 1 {
         prefetch_line(start.wrapping_add(size - 1));
     }
@@ -32,8 +28,13 @@ pub fn prefetch<T>(value: &T) {
 /// large value whose other lines are rarely read; `value` starts a cache line).
 #[inline(always)]
 pub(crate) fn prefetch_prefix<T>(value: &T, bytes: usize) {
-    let start = (value as *const T).cast::<u8>();
     let size = core::mem::size_of::<T>().min(bytes);
+    prefetch_lines((value as *const T).cast::<u8>(), size);
+}
+
+/// Prefetches the line at `start` and one every 64 bytes after it, below `start + size`.
+#[inline(always)]
+fn prefetch_lines(start: *const u8, size: usize) {
     let mut offset = 0;
     while offset < size {
         prefetch_line(start.wrapping_add(offset));

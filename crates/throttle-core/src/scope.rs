@@ -811,33 +811,30 @@ mod tests {
     /// the first [`HOT_BYTES`], the only part of a state the scheduler prefetches.
     #[test]
     fn the_hot_fields_share_two_cache_lines() {
-        use core::mem::{align_of, offset_of, size_of};
+        use core::mem::{align_of, offset_of, size_of_val};
         assert_eq!(align_of::<ScopeState>(), 64);
-        let end = |offset: usize, size: usize| offset + size;
-        for (field, last_byte) in [
-            ("next_allowed", end(offset_of!(ScopeState, next_allowed), 8)),
-            ("hard_until", end(offset_of!(ScopeState, hard_until), 8)),
-            ("delay", end(offset_of!(ScopeState, delay), 8)),
-            ("last_used", end(offset_of!(ScopeState, last_used), 8)),
-            ("params", end(offset_of!(ScopeState, params), 4)),
-            ("concurrency", end(offset_of!(ScopeState, concurrency), 4)),
-            ("active", end(offset_of!(ScopeState, active), 4)),
-            ("level", end(offset_of!(ScopeState, level), 4)),
-            ("live", end(offset_of!(ScopeState, live), 1)),
-            ("sent", end(offset_of!(ScopeState, sent), 8)),
-            ("done", end(offset_of!(ScopeState, done), 8)),
-            (
-                "last_sent",
-                end(
-                    offset_of!(ScopeState, last_sent),
-                    size_of::<Option<Timestamp>>(),
-                ),
-            ),
-            (
-                "waiters",
-                end(offset_of!(ScopeState, waiters), size_of::<VecDeque<u64>>()),
-            ),
-        ] {
+        let s = ScopeState::blank("example.com", 0, 0.0, 1, Timestamp::ZERO);
+        // Each field's last byte: its offset plus its size.
+        macro_rules! ends {
+            ($($field:ident),*) => {
+                [$((stringify!($field), offset_of!(ScopeState, $field) + size_of_val(&s.$field))),*]
+            };
+        }
+        for (field, last_byte) in ends!(
+            next_allowed,
+            hard_until,
+            delay,
+            last_used,
+            params,
+            concurrency,
+            active,
+            level,
+            live,
+            sent,
+            done,
+            last_sent,
+            waiters
+        ) {
             assert!(last_byte <= HOT_BYTES, "{field} ends at byte {last_byte}");
         }
     }
