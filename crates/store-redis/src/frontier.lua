@@ -677,9 +677,7 @@ end
 -- try_acquire_hinted: returns true and whether the send is counted (the permit holds the
 -- uses' scopes, or none when not throttled), or nil and why.
 local function try_acquire(uses, dont_throttle, now)
-  -- tclamp, inline.
-  local latest = C.tclk
-  if now > latest then C.tclk = now else now = latest end
+  now = tclamp(now)
   if dont_throttle then return true, false end
   if #uses == 1 then
     -- One scope (the common case): resolve_all, gate_all and the sends below, without
@@ -731,7 +729,8 @@ end
 -- at x[field] of its items (1 for the uses' {name, amount}).
 local function tload(list, field)
   local best = 0
-  for _, x in ipairs(list) do
+  for i = 1, #list do
+    local x = list[i]
     local l = TF.load(field and x[field] or x)
     if l > best then best = l end
   end
@@ -1404,14 +1403,19 @@ for len = 1, 6 do
   IFMT.list[len] = '>c0BI' .. len .. 'I4c0'
   IFMT.mem[len] = '>c0BI' .. len .. 'c0'
 end
--- The number at `pos` and the position after it.
-local function vdec(m, pos, desc, what)
+-- The length of the number at `pos` (the bytes after its length byte), checked.
+local function vlen(m, pos, desc, what)
   local b = sbyte(m, pos)
   local len = b
   if desc and b then len = 255 - b end
   if not len or len < 1 or len > 6 or #m < pos + len then
     fail('CORRUPT', what .. ': too short or damaged')
   end
+  return len
+end
+-- The number at `pos` and the position after it.
+local function vdec(m, pos, desc, what)
+  local len = vlen(m, pos, desc, what)
   local x = sunpack(IFMT[len], m, pos + 1)
   if desc then x = 256 ^ len - 1 - x end
   return x, pos + 1 + len
@@ -1528,7 +1532,7 @@ local function rank_member(key, head, g)
     u.am16 = amount16
   end
   local ls = g.ls
-  local len = ls < 256 and 1 or IFMT.len(ls)
+  local len = IFMT.len(ls)
   return spack(IFMT.rank[len], oenc(v), scaled, 65535 - amount16, len, ls, g.gid, key)
 end
 -- The tier of a rank member (or of a record's listing).
@@ -1536,23 +1540,21 @@ local function tier_of(m) return ssub(m, 1, tier_len(m)) end
 local function member_key(m)
   -- After the tier: last served (a length byte, then that many bytes), group number (4).
   local at = tier_len(m) + 1
-  local len = sbyte(m, at)
-  if not len or len < 1 or len > 6 or #m < at + len then
-    fail('CORRUPT', 'a ranked group entry: too short or damaged')
-  end
+  local len = vlen(m, at, false, 'a ranked group entry')
   if #m < at + len + 4 then fail('CORRUPT', 'a ranked group entry is truncated') end
   return ssub(m, at + len + 5)
 end
 -- The member a group is listed under (its tier is kept; the rest follows).
 local function listing(key, g)
   local ls = g.ls
-  local len = ls < 256 and 1 or IFMT.len(ls)
+  local len = IFMT.len(ls)
   return spack(IFMT.list[len], g.tier, len, ls, g.gid, key)
 end
 local function pkey(name) return P .. 'k:' .. name end
 
-local function unlist(key)
-  local g = G(key)
+-- `g`: G(key), when the caller has it.
+local function unlist(key, g)
+  g = g or G(key)
   if g.tier then
     if g.st == 'C' then
       cos.rem(KCAND, listing(key, g))
@@ -1568,13 +1570,13 @@ end
 -- `g`: G(key), when the caller has it.
 local function make_candidate(key, woken, head, g)
   g = g or G(key)
-  if g.tier then unlist(key) end
+  unlist(key, g)
   local m = rank_member(key, head, g)
   g.st = 'C'
   g.wb = woken
   g.ps = nil
   g.tier = tier_of(m)
-  Rdirty[key] = true
+  rmark(key)
   cos.add(KCAND, m)
 end
 
@@ -1826,13 +1828,12 @@ local function pop_candidate()
     local m = cos.pop(KCAND)
     if not m then return nil end
     local key = member_key(m)
-    local r = R[key]
-    if r == nil then r = rec(key) end
+    local r = rec(key)
     local g = r and r.g
     if g and g.st == 'C' and g.tier and listing(key, g) == m then
       G(key)
       g.tier = nil
-      Rdirty[key] = true
+      rmark(key)
       if g.sh then
         g.ld = tload(uses_of(key), 1)
         local fresh = rank_member(key)
@@ -1892,7 +1893,7 @@ local function take_head(key, g)
   C.tick = C.tick + 1
   -- The head and the one after it (the next head) in one read.
   local k, slot = qloc(g)
-  if X.qpend then cos.qflush(k) end
+  cos.qflush(k)
   local two
   if g.own then
     two = call('ZRANGE', k, '0', '1')
@@ -1904,12 +1905,12 @@ local function take_head(key, g)
   cos.zrem1(k, m)
   -- Still listed only when taken through the unthrottled lane: its listing holds the
   -- old last-served tick, so it goes before that changes.
-  if g.tier then unlist(key) end
+  unlist(key, g)
   local priority, class, seq, body = member_parts(m)
   g.n = g.n - 1
   g.a = g.a + 1
   g.ls = C.tick
-  Rdirty[key] = true
+  rmark(key)
   C.queued = C.queued - 1
   if g.n > 0 then
     if not two[2] then fail('CORRUPT', 'group ' .. key .. ' counts requests but has none') end
@@ -2049,19 +2050,11 @@ local function sched_poll(now, reserve, again)
       why = tcheck(uses, now)
     end
     if reserve and acquired then
-      -- The permit's load: its scopes are the uses' (none when not throttled; one
-      -- scope's state is in Tcache, try_acquire resolved it).
-      local ld = 0
-      if #uses == 1 then
-        local st = Tcache[uses[1][1]]
-        if st.c ~= 0 then ld = st.a / st.c end
-      elseif #uses > 1 then
-        ld = tload(uses, 1)
-      end
-      g.ld = ld
+      -- The permit's load: its scopes are the uses' (none when not throttled).
+      g.ld = tload(uses, 1)
       local woken = g.wb
       g.wb = nil
-      Rdirty[key] = true
+      rmark(key)
       local m, priority, class, seq, body = take_head(key, g)
       if woken then rearm(uses[woken][1], now) end
       return 'ready', key, m, counted, priority, class, seq, body
@@ -2108,9 +2101,10 @@ local function stat(name, d) call('HINCRBY', KST, name, d) end
 -- expiry, the group key's length, the group key, then the request's body (flags byte and
 -- payload).
 local LFMT = '>i4BBdH'
+local LFMT_PACK = LFMT .. 'c0c0'   -- then the group key and the body, whole
 local function lease_pack(pr, sr, dt, counted, k, x, g, b)
   local bits = (sr and 1 or 0) + (dt and 2 or 0) + (counted and 4 or 0)
-  return spack('>i4BBdHc0c0', pr, bits, k, x, #g, g, b)
+  return spack(LFMT_PACK, pr, bits, k, x, #g, g, b)
 end
 local function lease_load(seq)
   local raw = call('HGET', KL, seq)
@@ -2727,11 +2721,10 @@ local function reset(prefix)
   local first, fsep = X.first or {}, X.fsep or {}
   X = fresh(X)
   X.first, X.fsep = fresh(first), fresh(fsep)
-  -- C's values are read again before any use (its metatable loads them).
-  if not CMETA.set then
-    CMETA.set = true
-    setmetatable(C, CMETA)
-  end
+  -- C's values are read again before any use (its metatable loads them). The metatable
+  -- goes on here, on the first call: a function library's load runs without
+  -- setmetatable.
+  if getmetatable(C) ~= CMETA then setmetatable(C, CMETA) end
   if Cloaded then
     for i = 1, #CN do C[CN[i]] = nil end
     Cloaded = false
