@@ -59,3 +59,13 @@ pub fn redis_config(dupefilter: frontier_core::DupeFilterConfig) -> store_redis:
         ..store_redis::RedisConfig::default()
     }
 }
+
+/// The Redis benchmarks' throttling: on for every poll, but nothing waits (unlimited
+/// concurrency, no delay).
+pub fn redis_settings() -> throttle_core::Settings {
+    throttle_core::Settings {
+        concurrent_requests: u32::MAX,
+        concurrent_requests_per_domain: 0,
+        ..throttle_core::Settings::default()
+    }
+}

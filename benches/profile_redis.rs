@@ -17,17 +17,8 @@
 #![allow(clippy::print_stdout)]
 use frontier_core::DupeFilterConfig;
 use store_redis::{RedisConfig, RedisFrontier};
-use throttle_core::{Settings, Timestamp};
-use workspace_benches::{peer_requests_range, redis_config};
-
-fn settings() -> Settings {
-    // As redis-bench: throttling on for every poll, but nothing waits.
-    Settings {
-        concurrent_requests: u32::MAX,
-        concurrent_requests_per_domain: 0,
-        ..Settings::default()
-    }
-}
+use throttle_core::Timestamp;
+use workspace_benches::{peer_requests_range, redis_config, redis_settings};
 
 /// Loads `PROFILE_LUA`'s script in place of the one `open` installed (see the docs).
 fn override_script(c: &mut redis::Connection) {
@@ -35,16 +26,7 @@ fn override_script(c: &mut redis::Connection) {
         return;
     };
     let code = std::fs::read_to_string(&path).expect("PROFILE_LUA: a readable file");
-    let list: Vec<redis::Value> = redis::cmd("FUNCTION").arg("LIST").query(c).unwrap();
-    let text = format!("{list:?}");
-    let at = text
-        .find("polite_frontier_")
-        .expect("a polite_frontier library");
-    let name: String = text[at..]
-        .chars()
-        .take_while(|ch| ch.is_ascii_alphanumeric() || *ch == '_')
-        .collect();
-    let library = format!("#!lua name={name}\n{code}\nredis.register_function('{name}', main)\n");
+    let library = store_redis::testing::replacement_library(&code);
     let _: redis::Value = redis::cmd("FUNCTION")
         .arg("LOAD")
         .arg("REPLACE")
@@ -70,14 +52,15 @@ fn main() {
     let now = Timestamp::ZERO;
     let reqs = peer_requests_range(0, n, hosts);
     let queue_only = redis_config(DupeFilterConfig::Disabled);
-    let mut q = RedisFrontier::open(&url, "queue", settings(), queue_only).unwrap();
+    let mut q = RedisFrontier::open(&url, "queue", redis_settings(), queue_only).unwrap();
     override_script(&mut c);
     let t0 = std::time::Instant::now();
     for chunk in reqs.chunks(10_000) {
         q.push_all(chunk, now).unwrap();
     }
     phase(&mut c, "push_no_dupefilter", t0, n);
-    let mut f = RedisFrontier::open(&url, "bench", settings(), RedisConfig::default()).unwrap();
+    let mut f =
+        RedisFrontier::open(&url, "bench", redis_settings(), RedisConfig::default()).unwrap();
     override_script(&mut c);
     let t0 = std::time::Instant::now();
     for chunk in reqs.chunks(10_000) {

@@ -55,8 +55,8 @@ use std::time::Instant;
 use frontier_core::{DupeFilterConfig, Poll, PushOutcome, Request};
 use store_redis::testing::RedisServer;
 use store_redis::{RedisConfig, RedisFrontier};
-use throttle_core::{Outcome, Settings, Timestamp};
-use workspace_benches::{peer_requests_range, redis_config};
+use throttle_core::{Outcome, Timestamp};
+use workspace_benches::{peer_requests_range, redis_config, redis_settings};
 
 fn used_memory(c: &mut redis::Connection) -> i64 {
     let info: String = redis::cmd("INFO").arg("memory").query(c).unwrap();
@@ -232,20 +232,11 @@ fn refilled(
     now: Timestamp,
 ) -> RedisFrontier {
     let _: () = redis::cmd("FLUSHALL").query(c).unwrap();
-    let mut f = RedisFrontier::open(url, crawl, settings(), RedisConfig::default()).unwrap();
+    let mut f = RedisFrontier::open(url, crawl, redis_settings(), RedisConfig::default()).unwrap();
     for chunk in reqs.chunks(10_000) {
         f.push_all(chunk, now).unwrap();
     }
     f
-}
-
-fn settings() -> Settings {
-    // Throttling on for every poll, but nothing waits: unlimited concurrency, no delay.
-    Settings {
-        concurrent_requests: u32::MAX,
-        concurrent_requests_per_domain: 0,
-        ..Settings::default()
-    }
 }
 
 fn main() {
@@ -274,7 +265,7 @@ fn main() {
     let url_len = reqs.iter().map(|r| r.url.len()).sum::<usize>() as f64 / n as f64;
     {
         let config = redis_config(DupeFilterConfig::Disabled);
-        let mut f = RedisFrontier::open(&url, "queue", settings(), config).unwrap();
+        let mut f = RedisFrontier::open(&url, "queue", redis_settings(), config).unwrap();
         // Both memory readings follow a CONFIG RESETSTAT (in reset_stats): it frees the
         // latency histograms Redis allocates per command on its first use (~30 KB each,
         // for every command the script calls), which are not queue data.
@@ -302,7 +293,8 @@ fn main() {
     }
 
     // ------------------------------------------------ push with the dupefilter
-    let mut f = RedisFrontier::open(&url, "bench", settings(), RedisConfig::default()).unwrap();
+    let mut f =
+        RedisFrontier::open(&url, "bench", redis_settings(), RedisConfig::default()).unwrap();
     // Warm the script cache and the callback table (not counted).
     reset_stats(&mut c);
     let mem0 = used_memory(&mut c);
@@ -317,7 +309,8 @@ fn main() {
     drop(f);
     let srv = Server::read(&mut c);
     let mem1 = used_memory(&mut c);
-    let mut f = RedisFrontier::open(&url, "bench", settings(), RedisConfig::default()).unwrap();
+    let mut f =
+        RedisFrontier::open(&url, "bench", redis_settings(), RedisConfig::default()).unwrap();
     // The queue's keys: queue buckets and own queues, name records, candidates.
     let queue_usage = key_usage(&mut c, "{bench}:Q:*")
         + key_usage(&mut c, "{bench}:q:*")
@@ -369,7 +362,7 @@ fn main() {
             capacity: n as u64,
             false_positive_rate: 0.01,
         });
-        let mut b = RedisFrontier::open(&url, "bloom", settings(), config).unwrap();
+        let mut b = RedisFrontier::open(&url, "bloom", redis_settings(), config).unwrap();
         reset_stats(&mut c);
         let t0 = Instant::now();
         let mut dropped = 0;
@@ -485,9 +478,13 @@ fn main() {
                 .map(|_| {
                     let url = url.as_str();
                     s.spawn(move || {
-                        let mut w =
-                            RedisFrontier::open(url, "bench4", settings(), RedisConfig::default())
-                                .unwrap();
+                        let mut w = RedisFrontier::open(
+                            url,
+                            "bench4",
+                            redis_settings(),
+                            RedisConfig::default(),
+                        )
+                        .unwrap();
                         let mut got = 0usize;
                         loop {
                             let leases = w.poll_batch(now, batch).unwrap();

@@ -39,20 +39,28 @@ pub enum ScriptMode {
 
 /// The code in both forms, named after its SHA1 so that versions never mix.
 #[derive(Clone)]
-struct ServerCode {
+pub(crate) struct ServerCode {
     mode: ScriptMode,
     script: redis::Script,
     function: String,
     library: String,
 }
 
+/// The Redis 7 function library that registers `code` (the script's text) as `function`.
+pub(crate) fn function_library(function: &str, code: &str) -> String {
+    format!("#!lua name={function}\n{code}\nredis.register_function('{function}', main)\n")
+}
+
 impl ServerCode {
+    /// The function name this build's script is registered under.
+    pub(crate) fn function_name() -> String {
+        ServerCode::new(ScriptMode::Function).function
+    }
+
     fn new(mode: ScriptMode) -> Self {
         let script = redis::Script::new(&format!("{SCRIPT}\nreturn main(KEYS, ARGV)\n"));
         let function = format!("polite_frontier_{}", &script.get_hash()[..16]);
-        let library = format!(
-            "#!lua name={function}\n{SCRIPT}\nredis.register_function('{function}', main)\n"
-        );
+        let library = function_library(&function, SCRIPT);
         ServerCode {
             mode,
             script,

@@ -20,6 +20,14 @@ use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// A function library holding `code` in place of this build's script, under this build's
+/// function name: loaded with `FUNCTION LOAD REPLACE`, it makes an unchanged client run a
+/// changed script (to measure a change without a rebuild; `code` must read and write
+/// the same key layout).
+pub fn replacement_library(code: &str) -> String {
+    crate::frontier::function_library(&crate::frontier::ServerCode::function_name(), code)
+}
+
 /// A running `redis-server` child process, killed on drop, and also when the process
 /// that started it ends without dropping it (a server in a `static`, a test binary
 /// killed mid-run): a watchdog shell waits on a pipe that only this process holds open.
