@@ -23,7 +23,7 @@ const RAMPUP_SNAP: f64 = 0.001;
 
 /// Backoff levels beyond this are clamped (a restored snapshot cannot make recovery
 /// loop for ages; at the default window it is a week of recovery).
-pub(crate) const MAX_LEVEL: u32 = 10_000;
+pub(crate) const MAX_LEVEL: u16 = 10_000;
 
 /// What kind of thing a scope name denotes; decides its default concurrency.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -252,10 +252,13 @@ pub(crate) enum Gate {
 ///
 /// Laid out for the scheduler's hot path (`repr(C)` keeps the order, the alignment puts
 /// a state at the start of a cache line): an admission and a completion of a scope
-/// without backoff, rampup or quota touch only the first two cache lines, so at
+/// without backoff, rampup, quota or waiters touch only its first cache line, so at
 /// thousands of scopes a poll loads (and prefetches, see
-/// [`Throttler::prefetch_hint`](crate::Throttler::prefetch_hint)) two lines of it, not
-/// the four it spans. What rampup, quota, backoff recovery and eviction need comes after.
+/// [`Throttler::prefetch_hint`](crate::Throttler::prefetch_hint)) one line of it, not
+/// the four it spans. Three things make the counters fit that line: the completions are
+/// not counted in it but derived (see [`done`](Self::done)), the last send time has no
+/// `Option` tag (see [`last_sent`](Self::last_sent)), and the backoff level, capped at
+/// [`MAX_LEVEL`], takes 16 bits.
 #[derive(Debug)]
 #[repr(C, align(64))]
 pub(crate) struct ScopeState {
@@ -264,19 +267,22 @@ pub(crate) struct ScopeState {
     pub(crate) hard_until: Timestamp,
     pub(crate) delay: f64,
     pub(crate) last_used: Timestamp,
+    pub(crate) sent: u64,
+    /// The last send, [`NEVER`] before the first (read it through
+    /// [`last_sent`](Self::last_sent)).
+    last_sent_at: Timestamp,
     pub(crate) params: u32,
     pub(crate) concurrency: u32,
     pub(crate) active: u32,
-    pub(crate) level: u32,
+    /// At most [`MAX_LEVEL`].
+    pub(crate) level: u16,
     /// `false` for a vacant slot (an evicted state whose slot awaits reuse).
     pub(crate) live: bool,
-    pub(crate) sent: u64,
-    // Second line.
-    pub(crate) done: u64,
-    pub(crate) last_sent: Option<Timestamp>,
+    // The rest: waiters, backoff recovery, rampup and quota windows, eviction.
+    /// What makes [`done`](Self::done) out of `sent` and `active` (wrapping arithmetic).
+    done_offset: u64,
     pub(crate) waiters: VecDeque<u64>,
     pub(crate) window_triggers: u32,
-    // The rest: backoff recovery, rampup and quota windows, eviction.
     pub(crate) base_delay: f64,
     /// Start of the current recovery countdown (last trigger or last recovery step).
     pub(crate) backoff_anchor: Timestamp,
@@ -293,8 +299,12 @@ pub(crate) struct ScopeState {
 }
 
 /// The bytes of a [`ScopeState`] that an admission and a completion without backoff,
-/// rampup or quota touch (its first two cache lines).
-pub(crate) const HOT_BYTES: usize = 128;
+/// rampup, quota or waiters touch (its first cache line).
+pub(crate) const HOT_BYTES: usize = 64;
+
+/// [`ScopeState::last_sent`]'s "no send yet" inside the state: a send at the very last
+/// representable instant (584 years after the epoch) reads as none.
+const NEVER: Timestamp = Timestamp::MAX;
 
 impl ScopeState {
     pub(crate) fn new(name: &str, params_index: u32, p: &ScopeParams, now: Timestamp) -> Self {
@@ -313,7 +323,7 @@ impl ScopeState {
             level: 0,
             next_allowed: Timestamp::ZERO,
             hard_until: Timestamp::ZERO,
-            last_sent: None,
+            last_sent_at: NEVER,
             backoff_anchor: now,
             ramp_start: None,
             window_triggers: 0,
@@ -321,7 +331,7 @@ impl ScopeState {
             consumed: 0.0,
             robots_floor: None,
             sent: 0,
-            done: 0,
+            done_offset: 0,
             triggers: 0,
             last_used: now,
             waiters: VecDeque::new(),
@@ -487,7 +497,7 @@ impl ScopeState {
     ) {
         self.active += 1;
         self.sent += 1;
-        self.last_sent = Some(now);
+        self.last_sent_at = now;
         let spacing = self.spacing(p, rng);
         self.next_allowed = self.next_allowed.max(now + secs_to_duration(spacing));
         if p.rampup.is_some() && self.ramp_start.is_none() {
@@ -503,8 +513,27 @@ impl ScopeState {
 
     #[inline]
     pub(crate) fn record_done(&mut self) {
-        self.active = self.active.saturating_sub(1);
-        self.done += 1;
+        if self.active > 0 {
+            // `done()` (sent - active - offset) goes up by one with no write of its own.
+            self.active -= 1;
+        } else {
+            self.done_offset = self.done_offset.wrapping_sub(1);
+        }
+    }
+
+    /// Completions counted, kept as `sent - active - done_offset` so that a completion
+    /// writes only `active`, in the state's first cache line. The offset moves on a
+    /// restore (the snapshot's count, whatever is in flight now) and on a completion
+    /// with nothing in flight.
+    pub(crate) fn done(&self) -> u64 {
+        self.sent
+            .wrapping_sub(u64::from(self.active))
+            .wrapping_sub(self.done_offset)
+    }
+
+    /// The last send, if any.
+    pub(crate) fn last_sent(&self) -> Option<Timestamp> {
+        (self.last_sent_at != NEVER).then_some(self.last_sent_at)
     }
 
     /// A backoff trigger at `now`, with the capped header delay if the response had one.
@@ -572,13 +601,13 @@ impl ScopeState {
         self.base_delay = secs;
         if self.level == 0 {
             self.delay = secs;
-            if let Some(last) = self.last_sent {
+            if let Some(last) = self.last_sent() {
                 // Unjittered: the closest the new delay allows.
                 self.next_allowed = last + secs_to_duration(self.delay);
             }
         } else {
             self.delay = self.delay.max(secs);
-            if let Some(last) = self.last_sent {
+            if let Some(last) = self.last_sent() {
                 self.next_allowed = self.next_allowed.max(last + secs_to_duration(self.delay));
             }
         }
@@ -590,7 +619,7 @@ impl ScopeState {
             self.base_delay = secs;
         }
         self.delay = self.delay.max(self.base_delay);
-        if let Some(last) = self.last_sent {
+        if let Some(last) = self.last_sent() {
             self.next_allowed = self.next_allowed.max(last + secs_to_duration(self.delay));
         }
     }
@@ -608,13 +637,13 @@ impl ScopeState {
     pub(crate) fn stats(&self) -> ScopeStats {
         ScopeStats {
             sent: self.sent,
-            done: self.done,
+            done: self.done(),
             triggers: self.triggers,
             active: self.active,
             base_delay: self.base_delay,
             delay: self.delay,
             concurrency: self.concurrency,
-            level: self.level,
+            level: u32::from(self.level),
             next_allowed: self.next_allowed,
             hard_until: self.hard_until,
             consumed: self.consumed,
@@ -628,17 +657,17 @@ impl ScopeState {
             base_delay: self.base_delay,
             delay: self.delay,
             concurrency: self.concurrency,
-            level: self.level,
+            level: u32::from(self.level),
             next_allowed: self.next_allowed,
             hard_until: self.hard_until,
-            last_sent: self.last_sent,
+            last_sent: self.last_sent(),
             backoff_anchor: self.backoff_anchor,
             ramp_start: self.ramp_start,
             window_triggers: self.window_triggers,
             quota_start: self.quota_start,
             consumed: self.consumed,
             sent: self.sent,
-            done: self.done,
+            done: self.done(),
             triggers: self.triggers,
             set_delay: None,
             set_concurrency: None,
@@ -658,20 +687,24 @@ impl ScopeState {
             self.delay = s.delay.max(self.base_delay);
         }
         self.concurrency = s.concurrency;
-        self.level = s.level.min(MAX_LEVEL);
+        self.level = u16::try_from(s.level).map_or(MAX_LEVEL, |l| l.min(MAX_LEVEL));
         if self.level == 0 {
             self.delay = self.base_delay;
         }
         self.next_allowed = s.next_allowed;
         self.hard_until = s.hard_until;
-        self.last_sent = s.last_sent;
+        self.last_sent_at = s.last_sent.unwrap_or(NEVER);
         self.backoff_anchor = s.backoff_anchor;
         self.ramp_start = s.ramp_start;
         self.window_triggers = s.window_triggers;
         self.quota_start = s.quota_start;
         self.consumed = if finite(s.consumed) { s.consumed } else { 0.0 };
         self.sent = s.sent;
-        self.done = s.done;
+        // `done()` reads the snapshot's count with whatever is in flight now.
+        self.done_offset = s
+            .sent
+            .wrapping_sub(u64::from(self.active))
+            .wrapping_sub(s.done);
         self.triggers = s.triggers;
         self.robots_floor = s.robots_delay.filter(|d| d.is_finite() && *d >= 0.0);
     }
@@ -807,10 +840,11 @@ pub(crate) fn mul_duration(window: Duration, n: u64) -> Duration {
 mod tests {
     use super::*;
 
-    /// What an admission and a completion without backoff, rampup or quota touch lies in
-    /// the first [`HOT_BYTES`], the only part of a state the scheduler prefetches.
+    /// What an admission and a completion without backoff, rampup, quota or waiters
+    /// touch lies in the first [`HOT_BYTES`], the only part of a state the scheduler
+    /// prefetches.
     #[test]
-    fn the_hot_fields_share_two_cache_lines() {
+    fn the_hot_fields_share_one_cache_line() {
         use core::mem::{align_of, offset_of, size_of_val};
         assert_eq!(align_of::<ScopeState>(), 64);
         let s = ScopeState::blank("example.com", 0, 0.0, 1, Timestamp::ZERO);
@@ -825,18 +859,95 @@ mod tests {
             hard_until,
             delay,
             last_used,
+            sent,
+            last_sent_at,
             params,
             concurrency,
             active,
             level,
-            live,
-            sent,
-            done,
-            last_sent,
-            waiters
+            live
         ) {
             assert!(last_byte <= HOT_BYTES, "{field} ends at byte {last_byte}");
         }
+    }
+
+    /// The counters a state keeps in its first cache line (completions derived, the last
+    /// send without an `Option` tag) read like plain ones: random sends, completions
+    /// (some with nothing in flight) and restores against a model that counts each.
+    #[test]
+    fn derived_counters_match_plain_ones() {
+        use proptest::prelude::*;
+        use proptest::test_runner::{Config, TestRunner};
+
+        #[derive(Clone, Debug)]
+        enum Op {
+            Send(u64),
+            Done,
+            Restore {
+                sent: u64,
+                done: u64,
+                last_sent: Option<u64>,
+            },
+        }
+        let op = prop_oneof![
+            (0..u64::MAX / 2).prop_map(Op::Send),
+            Just(Op::Done),
+            Just(Op::Done),
+            (
+                any::<u64>(),
+                any::<u64>(),
+                proptest::option::of(any::<u64>())
+            )
+                .prop_map(|(sent, done, last_sent)| Op::Restore {
+                    sent,
+                    done,
+                    last_sent
+                }),
+        ];
+        let p = ScopeParams::resolve(
+            &Settings::default(),
+            ScopeKind::Domain,
+            &ScopeConfig::default(),
+        );
+        let mut runner = TestRunner::new(Config::with_cases(300));
+        runner
+            .run(&proptest::collection::vec(op, 0..60), |ops| {
+                let mut s = ScopeState::new("example.com", 0, &p, Timestamp::ZERO);
+                let mut rng = JitterRng::new(1);
+                // The model: sent, done, active, last send.
+                let (mut sent, mut done, mut active) = (0u64, 0u64, 0u32);
+                let mut last: Option<Timestamp> = None;
+                for op in ops {
+                    match op {
+                        Op::Send(t) => {
+                            let t = Timestamp::from_nanos(t);
+                            s.record_send(&p, 1.0, t, &mut rng);
+                            (sent, active, last) = (sent + 1, active + 1, Some(t));
+                        }
+                        Op::Done => {
+                            s.record_done();
+                            active = active.saturating_sub(1);
+                            done += 1;
+                        }
+                        Op::Restore {
+                            sent: rs,
+                            done: rd,
+                            last_sent,
+                        } => {
+                            let mut snap = s.snapshot();
+                            (snap.sent, snap.done) = (rs, rd);
+                            snap.last_sent = last_sent.map(Timestamp::from_nanos);
+                            s.restore(&snap);
+                            (sent, done, last) = (rs, rd, snap.last_sent);
+                        }
+                    }
+                    let st = s.stats();
+                    prop_assert_eq!((st.sent, st.done, st.active), (sent, done, active));
+                    prop_assert_eq!(s.snapshot().last_sent, last);
+                }
+                Ok(())
+            })
+            .unwrap();
     }
 
     #[test]

@@ -639,7 +639,9 @@ impl Throttler {
             return Err(NotReady::Blocked);
         }
         let state = &mut self.slots[i as usize];
-        if !state.waiters.is_empty() {
+        // (A scope has waiters only while some request waits at all: without any, its
+        // queue, outside the state's first cache line, is not read.)
+        if !self.waiters.is_empty() && !state.waiters.is_empty() {
             return Err(NotReady::Blocked);
         }
         let p = &self.params[state.params as usize];
@@ -827,7 +829,9 @@ impl Throttler {
             state.trigger(p, outcome.header_delay(), now, &mut self.rng);
         }
         state.last_used = now;
-        if let Some(&head) = state.waiters.front() {
+        if !self.waiters.is_empty()
+            && let Some(&head) = state.waiters.front()
+        {
             self.waiters.wake(head);
         }
         self.lru.touch(i);

@@ -1493,7 +1493,7 @@ fn absurd_restored_levels_neither_panic_nor_loop() {
     t.restore(&snap, at(0.0));
     t.delay_scope("a.com", 1.0, at(0.0)).unwrap();
     let st = stats(&mut t, "a.com", 0.0);
-    assert!(st.level <= crate::scope::MAX_LEVEL);
+    assert!(st.level <= u32::from(crate::scope::MAX_LEVEL));
     assert_eq!(stats(&mut t, "a.com", 1e9).level, 0);
 }
 

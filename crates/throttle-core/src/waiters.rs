@@ -40,6 +40,12 @@ impl Waiters {
         self.entries.len()
     }
 
+    /// Whether no request waits. Then no scope's queue holds a ticket either: a ticket
+    /// leaves its scopes' queues when it leaves here (admitted or cancelled).
+    pub(crate) fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
     pub(crate) fn insert(&mut self, scopes: Vec<(u32, f64)>, flags: RequestFlags) -> Ticket {
         let t = self.next;
         self.next += 1;
