@@ -638,12 +638,10 @@ impl Throttler {
         {
             return Err(NotReady::Blocked);
         }
-        let state = &mut self.slots[i as usize];
-        // (A scope has waiters only while some request waits at all: without any, its
-        // queue, outside the state's first cache line, is not read.)
-        if !self.waiters.is_empty() && !state.waiters.is_empty() {
+        if self.first_waiter(i).is_some() {
             return Err(NotReady::Blocked);
         }
+        let state = &mut self.slots[i as usize];
         let p = &self.params[state.params as usize];
         match state.gate(p, amount, now) {
             Gate::Open => {}
@@ -829,11 +827,7 @@ impl Throttler {
             state.trigger(p, outcome.header_delay(), now, &mut self.rng);
         }
         state.last_used = now;
-        if !self.waiters.is_empty()
-            && let Some(&head) = state.waiters.front()
-        {
-            self.waiters.wake(head);
-        }
+        self.wake_scope(i);
         self.lru.touch(i);
     }
 
@@ -1379,11 +1373,11 @@ impl Throttler {
         let mut until: Option<Timestamp> = None;
         let mut full = false;
         for &(i, amount) in list {
-            let state = &self.slots[i as usize];
-            if fair && !state.waiters.is_empty() {
+            if fair && self.first_waiter(i).is_some() {
                 full = true;
                 continue;
             }
+            let state = &self.slots[i as usize];
             match state.gate(&self.params[state.params as usize], amount, now) {
                 Gate::Open => {}
                 Gate::NotUntil(t) => until = Some(until.map_or(t, |u| u.max(t))),
@@ -1469,9 +1463,21 @@ impl Throttler {
         (self.permits.len() - 1) as u32
     }
 
+    /// The ticket first in scope `i`'s queue. A scope has waiters only while some request
+    /// waits at all: without any, its queue, outside the state's first cache line, is
+    /// not read.
+    #[inline]
+    fn first_waiter(&self, i: u32) -> Option<u64> {
+        if self.waiters.is_empty() {
+            return None;
+        }
+        self.slots[i as usize].waiters.front().copied()
+    }
+
     /// Something about scope `i` changed for the better: let its first waiter look again.
+    #[inline]
     fn wake_scope(&mut self, i: u32) {
-        if let Some(&head) = self.slots[i as usize].waiters.front() {
+        if let Some(head) = self.first_waiter(i) {
             self.waiters.wake(head);
         }
     }
