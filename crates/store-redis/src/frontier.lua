@@ -774,7 +774,8 @@ local CARD = {}
 -- scope names whose "ti" entries go in one ZREM at the end; gfree0, the free group
 -- numbers' list found empty; first, each chunked set's first member and leaf as read
 -- (false: empty), until it changes; dfadd and bfset, what the duplicate filter's batch
--- check marks at the end of a push.
+-- check marks at the end of a push; qpend and cpend, a push's pending queue additions
+-- and chunked-set changes.
 local X = {}
 -- `t` emptied, or a new table when it had grown (an empty table keeps its size, and
 -- `pairs` would scan all of it).
@@ -859,6 +860,11 @@ function cos.zadd_all(key, members)
 end
 
 function cos.add(T, k)
+  local pend = X.cpend
+  if pend then
+    cos.list_in(pend, T, pend)[k] = true
+    return
+  end
   X.first[T] = nil
   local sep = cos.find(T, k)
   if not sep then
@@ -926,6 +932,11 @@ function cos.rem_at(T, sep, k)
   return true
 end
 function cos.rem(T, k)
+  local pend = X.cpend
+  if pend then
+    cos.list_in(pend, T, pend)[k] = false
+    return
+  end
   local sep = cos.find(T, k)
   if not sep then return false end
   return cos.rem_at(T, sep, k)
@@ -933,6 +944,7 @@ end
 -- The first separator (false: the set is empty), read once per call until the index
 -- changes.
 function cos.fsep(T)
+  if X.cpend then cos.pflush(T) end
   local sep = X.fsep[T]
   if sep == nil then
     sep = call('ZRANGE', T, '0', '0')[1] or false
@@ -942,6 +954,7 @@ function cos.fsep(T)
 end
 -- The first member and its leaf, read once per call until the set changes.
 function cos.first(T)
+  if X.cpend then cos.pflush(T) end
   local f = X.first[T]
   if f then return f[1], f[2] end
   if f == false then return nil end
@@ -969,12 +982,119 @@ function cos.pop(T)
 end
 -- Deletes a whole set.
 function cos.del(T)
+  if X.cpend then cos.pflush(T) end
   X.first[T], X.fsep[T] = nil, nil
   for _, sep in ipairs(call('ZRANGE', T, '0', '-1')) do
     call('DEL', T .. '|' .. sep)
     CARD[T .. '|' .. sep] = nil
   end
   call('DEL', T)
+end
+
+-- A push's changes to chunked sets wait until the end of the call, or until the set is
+-- read (X.cpend, set by push only: set -> {member -> true to add, false to remove}, and
+-- the sets in the order first met). Only the last change of a member counts: adding and
+-- removing are idempotent, so the end state is the same as after the changes one by one.
+-- Then each member's leaf comes from one sort of the members among the separators by
+-- Redis (a scratch sorted set: Lua's string comparison follows the server's locale, not
+-- byte order), each leaf takes one ZREM and one ZADD, and leaves are split or joined as
+-- one change at a time would. A push that re-ranks hundreds of groups pays a few
+-- commands per leaf instead of four per group.
+function cos.pflush(T)
+  local pend = X.cpend
+  local want = pend and pend[T]
+  if not want then return end
+  pend[T] = nil
+  X.first[T], X.fsep[T] = nil, nil
+  local seps = call('ZRANGE', T, '0', '-1')
+  local isep, args = {}, {}
+  for _, sep in ipairs(seps) do
+    isep[sep] = true
+    args[#args + 1] = '0'
+    args[#args + 1] = sep
+  end
+  for m in pairs(want) do
+    if not isep[m] then
+      args[#args + 1] = '0'
+      args[#args + 1] = m
+    end
+  end
+  local KX = P .. 'x'
+  call('DEL', KX)
+  call_many('ZADD', KX, args, 4000)
+  local sorted = call('ZRANGE', KX, '0', '-1')
+  call('DEL', KX)
+  -- Each leaf's additions (ZADD arguments) and removals, the leaves in order. A member
+  -- may equal its leaf's separator (a separator is a prefix of the member above it).
+  local leaf, order = {}, {}
+  local cur = nil
+  for _, m in ipairs(sorted) do
+    if isep[m] then cur = m end
+    local w = want[m]
+    if w ~= nil and (w or cur) then
+      if not cur then
+        -- Below every separator: the set is empty (its first separator is "").
+        call('ZADD', T, '0', '')
+        cur = ''
+        isep[''] = true
+      end
+      local e = leaf[cur]
+      if not e then
+        e = {add = {}, rem = {}}
+        leaf[cur] = e
+        order[#order + 1] = cur
+      end
+      if w then
+        e.add[#e.add + 1] = '0'
+        e.add[#e.add + 1] = m
+      else
+        e.rem[#e.rem + 1] = m
+      end
+    end
+  end
+  local small = {}
+  for _, sep in ipairs(order) do
+    local L = T .. '|' .. sep
+    local n = cos.card(L)
+    local r, a = leaf[sep].rem, leaf[sep].add
+    for i = 1, #r, 4000 do
+      n = n - call('ZREM', L, unpack(r, i, math.min(i + 3999, #r)))
+    end
+    for i = 1, #a, 4000 do
+      n = n + call('ZADD', L, unpack(a, i, math.min(i + 3999, #a)))
+    end
+    CARD[L] = n
+    if n > LEAF_MAX then
+      -- Pieces of at most 3/4 of a leaf, the first staying under `sep`.
+      local all = call('ZRANGE', L, '0', '-1')
+      local k = math.ceil(n / (LEAF_MAX * 3 / 4))
+      local size = math.ceil(n / k)
+      for from = size + 1, n, size do
+        local lo, hi = all[from - 1], all[from]
+        local c = 0
+        while sbyte(lo, c + 1) == sbyte(hi, c + 1) do c = c + 1 end
+        local ns = ssub(hi, 1, c + 1)   -- the shortest separator above lo, not above hi
+        cos.zadd_all(T .. '|' .. ns, {unpack(all, from, math.min(from + size - 1, n))})
+        call('ZADD', T, '0', ns)
+      end
+      call('ZREMRANGEBYRANK', L, size, '-1')
+      CARD[L] = size
+    elseif n < LEAF_MIN then
+      small[#small + 1] = sep
+    end
+  end
+  -- Emptied and small leaves, the last first (a leaf joins the one before it).
+  for i = #small, 1, -1 do
+    local sep = small[i]
+    cos.shrunk(T, sep, T .. '|' .. sep)
+  end
+  X.first[T], X.fsep[T] = nil, nil
+end
+function cos.pflush_all()
+  local pend = X.cpend
+  if not pend then return end
+  for _, T in ipairs(pend) do cos.pflush(T) end
+  X.cpend = nil
 end
 
 -- ------------------------------------------------------------------ name records
@@ -2373,7 +2493,7 @@ OPS.push = function(args)
     end
   end
   rec_prefetch(names)
-  X.qpend = {}
+  X.qpend, X.cpend = {}, {}
   local out = {}
   local filtered = 0
   for r = 1, n do
@@ -2396,6 +2516,7 @@ OPS.push = function(args)
       out[r] = seq
     end
   end
+  cos.pflush_all()
   cos.qflush_all()
   dedup_mark()
   if filtered > 0 then stat('filtered', filtered) end

@@ -61,6 +61,7 @@
 //! | `k:<scope>`, `k:<scope>\|<sep>` | sorted sets | groups parked on a scope shared by several groups (same structure) |
 //! | `E`, `E\|<sep>` | sorted sets | scope timers and delayed requests, by time (same structure) |
 //! | `gfree` | list | group numbers free for reuse |
+//! | `x` | sorted set | scratch space inside one call (a push sorts its changes to the chunked sets there); never left behind |
 //! | `dr` | hash | requests held by their own delay |
 //! | `t`, `ov`, `ti` | hash, hash, sorted set | throttle scope states (binary); live changes and Crawl-delays; unused states by last use (idle eviction) |
 //! | `L`, `lx` | hash, sorted set | leases (binary records); their expiry times |

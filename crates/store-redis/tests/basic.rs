@@ -632,6 +632,137 @@ fn batched_pushes_decide_as_pushes_one_at_a_time() {
     }
 }
 
+/// The leaves of chunked ordered set `set` (`C` candidates, `E` events) of crawl `crawl`:
+/// each separator in the index with its leaf's size, in order. Panics unless every leaf
+/// is indexed, the first separator is "", no leaf is empty or past 64 members, and each
+/// leaf's members sort from its separator up to (not including) the next one.
+fn leaves(c: &mut redis::Connection, crawl: &str, set: &str) -> Vec<(Vec<u8>, usize)> {
+    let index = format!("{{{crawl}}}:{set}");
+    let seps: Vec<Vec<u8>> = redis::cmd("ZRANGE")
+        .arg(&index)
+        .arg(0)
+        .arg(-1)
+        .query(c)
+        .unwrap();
+    let mut out = Vec::new();
+    for sep in &seps {
+        let mut leaf = format!("{index}|").into_bytes();
+        leaf.extend_from_slice(sep);
+        let n: usize = redis::cmd("ZCARD").arg(&leaf).query(c).unwrap();
+        assert!((1..=64).contains(&n), "{set} leaf {sep:?}: {n} members");
+        let ends: Vec<Vec<u8>> = ["0", "-1"]
+            .iter()
+            .map(|&at| {
+                let m: Vec<Vec<u8>> = redis::cmd("ZRANGE")
+                    .arg(&leaf)
+                    .arg(at)
+                    .arg(at)
+                    .query(c)
+                    .unwrap();
+                m[0].clone()
+            })
+            .collect();
+        assert!(ends[0] >= *sep, "{set} leaf {sep:?} holds {:?}", ends[0]);
+        out.push((sep.clone(), n));
+        if let Some(next) = seps.get(out.len()) {
+            assert!(ends[1] < *next, "{set} leaf {sep:?} holds {:?}", ends[1]);
+        }
+    }
+    let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
+        .arg(format!("{index}|*"))
+        .query(c)
+        .unwrap();
+    assert_eq!(keys.len(), seps.len(), "{set}: leaves outside the index");
+    if let Some((first, _)) = out.first() {
+        assert!(first.is_empty(), "{set}: the first separator is {first:?}");
+    }
+    out
+}
+
+/// A push of many requests in one script call re-ranks hundreds of groups; their
+/// candidate and event entries are changed leaf by leaf at the end of the call. The
+/// decisions are those of pushes one at a time, and the sets keep their shape.
+#[test]
+fn big_batches_rank_groups_as_single_pushes_would() {
+    let Some(server) = RedisServer::start_or_skip("big_batches") else {
+        return;
+    };
+    let settings = Settings::default().without_jitter();
+    let frontier = frontier_core::FrontierConfig::default();
+    let mut core = in_process(&settings, &frontier);
+    let config = RedisConfig {
+        frontier: frontier.clone(),
+        push_batch: 1000,
+        ..RedisConfig::default()
+    };
+    let mut f = open(&server, "big", settings.clone(), config);
+    let mut c = conn(&server);
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move |n: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % n
+    };
+    let mut i = 0u64;
+    let (mut listed, mut delayed) = (std::collections::HashSet::new(), 0);
+    // Rounds of pushes: the first lists ~700 new groups at once (one leaf splits many
+    // ways), later ones move listed groups between leaves (changed heads: removals
+    // that thin leaves out, additions that split them) and add delayed requests.
+    for (round, count) in [2500u64, 1500, 300].into_iter().enumerate() {
+        let mut reqs = Vec::new();
+        for _ in 0..count {
+            let host = next(700);
+            let mut r = Request::get(format!("https://h{host}.example/p/{i}"))
+                .priority(next(11) as i32 - 5 + round as i32);
+            if next(13) == 0 {
+                r = r.delay(1.5);
+                delayed += 1;
+            } else {
+                listed.insert(host);
+            }
+            if next(17) == 0 {
+                r = r.start();
+            }
+            reqs.push(r);
+            i += 1;
+        }
+        let a: Vec<PushOutcome> = reqs.iter().map(|r| core.push(r, t(0)).unwrap()).collect();
+        assert_eq!(a, f.push_all(&reqs, t(0)).unwrap(), "round {round}");
+        // Every group with a request queued is listed once; every delayed request waits.
+        let cand = leaves(&mut c, "big", "C");
+        assert!(
+            cand.len() >= 10,
+            "round {round}: {} candidate leaves",
+            cand.len()
+        );
+        let total = |l: &[(Vec<u8>, usize)]| l.iter().map(|e| e.1).sum::<usize>();
+        assert_eq!(total(&cand), listed.len(), "round {round}: candidates");
+        assert_eq!(total(&leaves(&mut c, "big", "E")), delayed, "round {round}");
+    }
+    // Both hand out the same requests in the same order, delayed ones after 1.5 s.
+    let mut served = 0;
+    for s in [0, 2] {
+        loop {
+            match (core.poll(t(s)).unwrap(), f.poll(t(s)).unwrap()) {
+                (Poll::Ready(x), Poll::Ready(y)) => {
+                    assert_eq!(x.request.url, y.request.url, "request {served}");
+                    core.complete(x.id(), &Outcome::status(200), t(s)).unwrap();
+                    f.complete(y.id(), &Outcome::status(200), t(s)).unwrap();
+                    served += 1;
+                }
+                (x, y) => {
+                    assert_eq!(x, y, "at {s}s after {served}");
+                    break;
+                }
+            }
+        }
+    }
+    assert_eq!(served, i);
+    assert_eq!(f.poll(t(3)).unwrap(), Poll::Empty);
+    assert!(leaves(&mut c, "big", "C").is_empty());
+}
+
 #[test]
 fn script_errors_in_a_pipeline_keep_their_type_and_name_the_call() {
     let Some(server) = RedisServer::start_or_skip("pipeline_errors") else {
