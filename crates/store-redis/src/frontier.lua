@@ -1106,7 +1106,28 @@ end
 local Nb = {}         -- name -> bucket key, this call (buckets split only at the end)
 local R = {}          -- name -> decoded record, or false when absent
 local Rdirty = {}
-local function nhash(name) return tonumber(ssub(redis.sha1hex(name), 1, 8), 16) end
+-- A name's bucket hash: the first 32 bits of its SHA1. Redis's SHA1 costs more than the
+-- rest of a push's work on the name, and names recur from call to call (a crawl pushes
+-- to the same hosts again and again), so hashes are kept across calls (they depend on
+-- the name alone): two generations of at most NH_GEN names each (a name found in the
+-- older one moves to the newer; when the newer is full, it becomes the older), at most
+-- ~5 MB of the functions' memory.
+local NH_GEN = 16384
+local NH = {new = {}, old = {}, n = 0}
+local function nhash(name)
+  local new = NH.new
+  local h = new[name]
+  if h then return h end
+  h = NH.old[name] or tonumber(ssub(redis.sha1hex(name), 1, 8), 16)
+  if NH.n >= NH_GEN then
+    NH.old = new
+    new = {}
+    NH.new, NH.n = new, 0
+  end
+  new[name] = h
+  NH.n = NH.n + 1
+  return h
+end
 local NBK = {}        -- bucket number -> key, this call
 local function nbucket_of(h)
   local m = 2 ^ C.hL

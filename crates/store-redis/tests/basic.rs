@@ -763,6 +763,39 @@ fn big_batches_rank_groups_as_single_pushes_would() {
     assert!(leaves(&mut c, "big", "C").is_empty());
 }
 
+/// The script keeps names' bucket hashes from call to call, two generations of 16,384
+/// names: past them (20,000 hosts, each pushed to twice, in calls of 5,000 requests) every
+/// host still finds its one record, so no group or record is made twice.
+#[test]
+fn name_records_are_found_past_the_hash_cache() {
+    let Some(server) = RedisServer::start_or_skip("hash_cache") else {
+        return;
+    };
+    let config = RedisConfig {
+        push_batch: 5000,
+        ..RedisConfig::default()
+    };
+    let mut f = open(&server, "hc", Settings::default(), config);
+    let hosts = 20_000;
+    for pass in 0..2 {
+        let reqs: Vec<Request> = (0..hosts)
+            .map(|h| Request::get(format!("https://h{h}.example/{pass}")))
+            .collect();
+        let out = f.push_all(&reqs, t(0)).unwrap();
+        assert!(out.iter().all(|o| matches!(o, PushOutcome::Queued(_))));
+        let info = f.info().unwrap();
+        assert_eq!(info.groups, hosts, "pass {pass}");
+        assert_eq!(info.queued, hosts * (pass + 1), "pass {pass}");
+    }
+    let mut c = conn(&server);
+    let buckets: Vec<String> = redis::cmd("KEYS").arg("{hc}:N:*").query(&mut c).unwrap();
+    let records: u64 = buckets
+        .iter()
+        .map(|b| redis::cmd("HLEN").arg(b).query::<u64>(&mut c).unwrap())
+        .sum();
+    assert_eq!(records, hosts);
+}
+
 #[test]
 fn script_errors_in_a_pipeline_keep_their_type_and_name_the_call() {
     let Some(server) = RedisServer::start_or_skip("pipeline_errors") else {
