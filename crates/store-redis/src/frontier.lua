@@ -1065,9 +1065,10 @@ function cos.pflush(T)
     end
     CARD[L] = n
     if n > LEAF_MAX then
-      -- Pieces of at most 3/4 of a leaf, the first staying under `sep`.
+      -- As few pieces as hold them, of even sizes, the first staying under `sep` (a
+      -- push's members come mostly in order, so full pieces stay full: fewer keys).
       local all = call('ZRANGE', L, '0', '-1')
-      local k = math.ceil(n / (LEAF_MAX * 3 / 4))
+      local k = math.ceil(n / LEAF_MAX)
       local size = math.ceil(n / k)
       for from = size + 1, n, size do
         local lo, hi = all[from - 1], all[from]
@@ -1077,7 +1078,10 @@ function cos.pflush(T)
         cos.zadd_all(T .. '|' .. ns, {unpack(all, from, math.min(from + size - 1, n))})
         call('ZADD', T, '0', ns)
       end
-      call('ZREMRANGEBYRANK', L, size, '-1')
+      -- The first piece is written anew: a sorted set that grew past Redis's listpack
+      -- limit (128) stays a skiplist when it shrinks, at ~5 times the memory.
+      call('DEL', L)
+      cos.zadd_all(L, {unpack(all, 1, size)})
       CARD[L] = size
     elseif n < LEAF_MIN then
       small[#small + 1] = sep

@@ -634,8 +634,9 @@ fn batched_pushes_decide_as_pushes_one_at_a_time() {
 
 /// The leaves of chunked ordered set `set` (`C` candidates, `E` events) of crawl `crawl`:
 /// each separator in the index with its leaf's size, in order. Panics unless every leaf
-/// is indexed, the first separator is "", no leaf is empty or past 64 members, and each
-/// leaf's members sort from its separator up to (not including) the next one.
+/// is indexed, the first separator is "", no leaf is empty or past 64 members or kept
+/// as a skiplist (short members: Redis keeps such a set as a compact listpack), and
+/// each leaf's members sort from its separator up to (not including) the next one.
 fn leaves(c: &mut redis::Connection, crawl: &str, set: &str) -> Vec<(Vec<u8>, usize)> {
     let index = format!("{{{crawl}}}:{set}");
     let seps: Vec<Vec<u8>> = redis::cmd("ZRANGE")
@@ -650,6 +651,12 @@ fn leaves(c: &mut redis::Connection, crawl: &str, set: &str) -> Vec<(Vec<u8>, us
         leaf.extend_from_slice(sep);
         let n: usize = redis::cmd("ZCARD").arg(&leaf).query(c).unwrap();
         assert!((1..=64).contains(&n), "{set} leaf {sep:?}: {n} members");
+        let encoding: String = redis::cmd("OBJECT")
+            .arg("ENCODING")
+            .arg(&leaf)
+            .query(c)
+            .unwrap();
+        assert_eq!(encoding, "listpack", "{set} leaf {sep:?}");
         let ends: Vec<Vec<u8>> = ["0", "-1"]
             .iter()
             .map(|&at| {
