@@ -69,6 +69,11 @@
 //! | `bf:<n>` | string | Bloom filter bits, 2^30 per string (Bloom duplicate filter) |
 //! | `cbn`, `cbi` | hash | callback names ↔ numbers |
 //!
+//! Outside the keys, the script keeps the bucket hashes of up to 32,768 recently used
+//! names in the Lua functions' memory (`used_memory_vm_functions`, at most ~5 MB, shared
+//! by every crawl on the server; with `ScriptMode::Eval` they last one call): they
+//! depend on the name alone, so nothing there can go stale.
+//!
 //! A queued request is frontier-core's `postcard` record (the host left out when it is
 //! the group's) behind its order (1 byte for priorities -31..32), its sequence number
 //! (a length byte and 1-6 bytes; descending for LIFO order) and a flags byte: the
