@@ -82,13 +82,16 @@ local function hload(key, f)
   return t
 end
 local function hsave(key, f, t) call('HSET', key, f, cmsgpack.pack(t)) end
--- HSET of many field/value pairs (a flat list), in chunks the Lua stack allows.
--- `cmd key args...` over `flat` in calls of at most `step` arguments (Lua's unpack has a
--- limit); `step` is a multiple of the arguments one item takes.
+-- `cmd key args...` over `flat` (a flat list) in calls of at most `step` arguments (Lua's
+-- unpack has a limit); `step` is a multiple of the arguments one item takes. Returns the
+-- sum of the integer replies (what ZADD, ZREM, SADD... count).
 local function call_many(cmd, key, flat, step)
+  local total = 0
   for i = 1, #flat, step do
-    call(cmd, key, unpack(flat, i, math.min(i + step - 1, #flat)))
+    local v = call(cmd, key, unpack(flat, i, math.min(i + step - 1, #flat)))
+    if type(v) == 'number' then total = total + v end
   end
+  return total
 end
 
 -- ------------------------------------------------------------------ counters
@@ -859,6 +862,13 @@ function cos.zadd_all(key, members)
   CARD[key] = nil
 end
 
+-- The shortest separator above member `lo` and not above member `hi` (lo < hi).
+function cos.sep_between(lo, hi)
+  local c = 0
+  while sbyte(lo, c + 1) == sbyte(hi, c + 1) do c = c + 1 end
+  return ssub(hi, 1, c + 1)
+end
+
 function cos.add(T, k)
   local pend = X.cpend
   if pend then
@@ -881,10 +891,7 @@ function cos.add(T, k)
   local from = floor(n / 2)
   if call('ZRANGE', L, '-1', '-1')[1] == k then from = n - 1 end
   local moved = call('ZRANGE', L, from, '-1')
-  local a, b = call('ZRANGE', L, from - 1, from - 1)[1], moved[1]
-  local c = 0
-  while sbyte(a, c + 1) == sbyte(b, c + 1) do c = c + 1 end
-  local ns = ssub(b, 1, c + 1)       -- the shortest separator above a, not above b
+  local ns = cos.sep_between(call('ZRANGE', L, from - 1, from - 1)[1], moved[1])
   cos.zadd_all(T .. '|' .. ns, moved)
   call('ZREMRANGEBYRANK', L, from, '-1')
   CARD[L] = from
@@ -1056,13 +1063,8 @@ function cos.pflush(T)
   for _, sep in ipairs(order) do
     local L = T .. '|' .. sep
     local n = cos.card(L)
-    local r, a = leaf[sep].rem, leaf[sep].add
-    for i = 1, #r, 4000 do
-      n = n - call('ZREM', L, unpack(r, i, math.min(i + 3999, #r)))
-    end
-    for i = 1, #a, 4000 do
-      n = n + call('ZADD', L, unpack(a, i, math.min(i + 3999, #a)))
-    end
+    n = n - call_many('ZREM', L, leaf[sep].rem, 4000)
+      + call_many('ZADD', L, leaf[sep].add, 4000)
     CARD[L] = n
     if n > LEAF_MAX then
       -- As few pieces as hold them, of even sizes, the first staying under `sep` (a
@@ -1071,10 +1073,7 @@ function cos.pflush(T)
       local k = math.ceil(n / LEAF_MAX)
       local size = math.ceil(n / k)
       for from = size + 1, n, size do
-        local lo, hi = all[from - 1], all[from]
-        local c = 0
-        while sbyte(lo, c + 1) == sbyte(hi, c + 1) do c = c + 1 end
-        local ns = ssub(hi, 1, c + 1)   -- the shortest separator above lo, not above hi
+        local ns = cos.sep_between(all[from - 1], all[from])
         cos.zadd_all(T .. '|' .. ns, {unpack(all, from, math.min(from + size - 1, n))})
         call('ZADD', T, '0', ns)
       end
@@ -1092,7 +1091,6 @@ function cos.pflush(T)
     local sep = small[i]
     cos.shrunk(T, sep, T .. '|' .. sep)
   end
-  X.first[T], X.fsep[T] = nil, nil
 end
 function cos.pflush_all()
   local pend = X.cpend
