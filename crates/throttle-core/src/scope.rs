@@ -66,6 +66,16 @@ fn is_ip_literal(name: &str) -> bool {
         };
         return inner.parse::<Ipv6Addr>().is_ok() && (tail.is_empty() || is_port(tail));
     }
+    // Every scope a new host brings is classified once, so the common case (a host
+    // name) is ruled out by its characters before any address parser runs: an address
+    // without brackets has only hex digits, dots and colons. A host name fails at its
+    // first letter past `f`, usually the first.
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_hexdigit() || b == b'.' || b == b':')
+    {
+        return false;
+    }
     if name.parse::<Ipv6Addr>().is_ok() || name.parse::<Ipv4Addr>().is_ok() {
         return true;
     }
@@ -950,6 +960,67 @@ mod tests {
             .unwrap();
     }
 
+    /// The classification before its characters were checked first: every name is
+    /// tried as an address.
+    fn ip_literal_by_parsing(name: &str) -> bool {
+        if let Some(rest) = name.strip_prefix('[') {
+            let Some((inner, tail)) = rest.split_once(']') else {
+                return false;
+            };
+            return inner.parse::<Ipv6Addr>().is_ok() && (tail.is_empty() || is_port(tail));
+        }
+        if name.parse::<Ipv6Addr>().is_ok() || name.parse::<Ipv4Addr>().is_ok() {
+            return true;
+        }
+        match name.rsplit_once(':') {
+            Some((host, port)) => host.parse::<Ipv4Addr>().is_ok() && port_digits(port),
+            None => false,
+        }
+    }
+
+    proptest::proptest! {
+        /// The character checks never change a name's kind: names drawn from the
+        /// characters of addresses (so that many are addresses, or nearly), and any
+        /// names at all.
+        #[test]
+        fn ip_literals_match_parsing(
+            near in "[0-9a-fA-F:.\\[\\]%x]{0,45}",
+            any in "\\PC{0,30}",
+            v4 in proptest::prelude::any::<[u8; 4]>(),
+            v6 in proptest::prelude::any::<[u16; 8]>(),
+            port in proptest::prelude::any::<u16>(),
+            edit in "[0-9a-f:.\\]]{0,2}",
+            at in 0usize..40,
+        ) {
+            // Real addresses, with and without a port or brackets, then with a
+            // character or two put somewhere into them.
+            let v4 = Ipv4Addr::from(v4);
+            let v6 = Ipv6Addr::from(v6);
+            let mut names = alloc::vec![
+                alloc::format!("{v4}"),
+                alloc::format!("{v4}:{port}"),
+                alloc::format!("{v6}"),
+                alloc::format!("[{v6}]"),
+                alloc::format!("[{v6}]:{port}"),
+                alloc::format!("{v6}:{port}"),
+                alloc::format!("{}", v4.to_ipv6_mapped()),
+                alloc::format!("[{}]:{port}", v4.to_ipv6_mapped()),
+            ];
+            for i in 0..names.len() {
+                let mut edited = names[i].clone();
+                let at = at.min(edited.len());
+                edited.insert_str(at, &edit);
+                names.push(edited);
+            }
+            names.push(near);
+            names.push(any);
+            for name in &names {
+                let name = name.as_str();
+                proptest::prop_assert_eq!(is_ip_literal(name), ip_literal_by_parsing(name), "{:?}", name);
+            }
+        }
+    }
+
     #[test]
     fn scope_kinds() {
         for ip in [
@@ -959,13 +1030,27 @@ mod tests {
             "[::1]",
             "[2001:db8::1]:8443",
             "fe80::1",
+            "::ffff:10.0.0.1",
+            "[::ffff:10.0.0.1]:8080",
+            "FE80::ABCD",
         ] {
             assert_eq!(ScopeKind::of(ip), ScopeKind::Ip, "{ip}");
         }
         for d in ["example.com", "books.toscrape.com:8080", "a.b", "1.2.3.4:x"] {
             assert_eq!(ScopeKind::of(d), ScopeKind::Domain, "{d}");
         }
-        for o in ["localhost", "api", "cost", "localhost:8080", "[::1", ""] {
+        for o in [
+            "localhost",
+            "api",
+            "cost",
+            "localhost:8080",
+            "[::1",
+            "",
+            "cafe",
+            "fe80:",
+            "1:2",
+            "1234:80:",
+        ] {
             assert_eq!(ScopeKind::of(o), ScopeKind::Other, "{o}");
         }
         // Not a valid IPv4 (octet too large), but has dots: a domain.
