@@ -454,7 +454,9 @@ impl Tiers {
 }
 
 struct ScopeSlot {
-    name: Box<str>,
+    /// Shared with the key of `scope_ids` and, for a one-scope group, with the group's
+    /// key: a host costs one copy of its name here, not three.
+    name: Arc<str>,
     parked: BinaryHeap<(Rank, u32)>,
     timer: Option<Timestamp>,
     refs: u32,
@@ -515,7 +517,7 @@ pub(crate) struct Scheduler<H> {
     /// Entries (live or stale) in each scope's parked heap, kept apart from the scope
     /// slots so a completion can skip scopes nobody waits on without touching them.
     parked_len: Vec<u32>,
-    scope_ids: HashMap<Box<str>, u32>,
+    scope_ids: HashMap<Arc<str>, u32>,
     free_scopes: Vec<u32>,
     candidates: Candidates,
     events: BinaryHeap<Reverse<(Timestamp, Event)>>,
@@ -605,21 +607,21 @@ impl<H> Scheduler<H> {
         } else {
             parse_group_key(key)?
         };
+        let plain = uses.len() == 1 && uses[0].0.len() == key.len();
         let base = key.as_ptr() as usize;
+        let key: Arc<str> = Arc::from(key);
         let scopes: Vec<GroupScope> = uses
             .iter()
             .map(|&(name, amount)| {
                 let start = (name.as_ptr() as usize - base) as u32;
                 GroupScope {
-                    id: self.intern_scope(name),
+                    id: self.intern_scope(name, plain.then_some(&key)),
                     name: (start, start + name.len() as u32),
                     amount,
                     hint: ScopeHint::default(),
                 }
             })
             .collect();
-        let plain = uses.len() == 1 && uses[0].0.len() == key.len();
-        let key: Arc<str> = Arc::from(key);
         let group = Group {
             state: GroupState::Idle,
             epoch: 0,
@@ -667,14 +669,17 @@ impl<H> Scheduler<H> {
         Ok(g)
     }
 
-    fn intern_scope(&mut self, name: &str) -> u32 {
+    /// The scope slot of `name`, created if needed; `whole` is the group's key when the
+    /// scope is all of it (the slot then shares that string).
+    fn intern_scope(&mut self, name: &str, whole: Option<&Arc<str>>) -> u32 {
         if let Some(&s) = self.scope_ids.get(name) {
             self.scopes[s as usize].refs += 1;
             self.scopes[s as usize].shared = true;
             return s;
         }
+        let name: Arc<str> = whole.map_or_else(|| Arc::from(name), Arc::clone);
         let slot = ScopeSlot {
-            name: Box::from(name),
+            name: name.clone(),
             parked: BinaryHeap::new(),
             timer: None,
             refs: 1,
@@ -692,7 +697,7 @@ impl<H> Scheduler<H> {
                 (self.scopes.len() - 1) as u32
             }
         };
-        self.scope_ids.insert(Box::from(name), s);
+        self.scope_ids.insert(name, s);
         s
     }
 
@@ -1259,7 +1264,7 @@ impl<H> Scheduler<H> {
                 self.scope_ids.remove(&slot.name);
                 self.parked_len[s as usize] = 0;
                 *slot = ScopeSlot {
-                    name: Box::from(""),
+                    name: Arc::default(),
                     parked: BinaryHeap::new(),
                     timer: None,
                     refs: 0,
