@@ -51,7 +51,7 @@ impl ScopeKind {
     pub fn of(name: &str) -> ScopeKind {
         if is_ip_literal(name) {
             ScopeKind::Ip
-        } else if name.contains('.') {
+        } else if name.bytes().any(|b| b == b'.') {
             ScopeKind::Domain
         } else {
             ScopeKind::Other
