@@ -934,9 +934,12 @@ impl<H> Scheduler<H> {
                     }
                 }
             }
-            // The key (the host) goes back into the URL when the request is decoded.
-            if let Some(k) = g.key.as_bytes().first() {
-                throttle_core::prefetch(k);
+            // The key (the host) goes back into the URL when the request is decoded: its
+            // first and last bytes, as a key often straddles two lines.
+            let key = g.key.as_bytes();
+            if let (Some(first), Some(last)) = (key.first(), key.last()) {
+                throttle_core::prefetch(first);
+                throttle_core::prefetch(last);
             }
             g.buckets
                 .prefetch(&self.blocks, self.head_lifo(g.buckets.first_key()));
