@@ -106,6 +106,15 @@ pub fn group_key(req: &Request, out: &mut String) -> Result<(), InvalidRequest> 
     }
 }
 
+/// Whether `key` is one scope name with no amount (a plain host): what
+/// [`parse_group_key`] would give as that one name with amount 1.
+pub(crate) fn is_plain_key(key: &str) -> bool {
+    !key.is_empty()
+        && !key
+            .bytes()
+            .any(|b| b == SCOPE_SEP as u8 || b == AMOUNT_SEP as u8)
+}
+
 /// The scopes and amounts of a group key, in key order.
 pub fn parse_group_key(key: &str) -> Result<Vec<(&str, f64)>, InvalidGroupKey> {
     key.split(SCOPE_SEP)
@@ -388,6 +397,16 @@ mod tests {
             "http://a.XN--ab/",
         ] {
             assert_eq!(fast(url), None, "{url}");
+        }
+    }
+
+    proptest! {
+        /// A plain key is exactly one whose parse is itself, with amount 1.
+        #[test]
+        fn plain_keys_are_the_keys_that_parse_to_themselves(k in "[a.\t\n1]{0,6}") {
+            let parsed = parse_group_key(&k);
+            let itself = matches!(&parsed, Ok(v) if v.len() == 1 && v[0].0 == k && v[0].1 == 1.0);
+            prop_assert_eq!(is_plain_key(&k), itself, "{:?} parses to {:?}", k, parsed);
         }
     }
 

@@ -31,7 +31,7 @@ use throttle_core::{
 };
 
 use crate::buckets::{BucketKey, Buckets, Entry, EntryBlocks, merge_sorted};
-use crate::group::{InvalidGroupKey, parse_group_key};
+use crate::group::{InvalidGroupKey, is_plain_key, parse_group_key};
 use crate::leases::{LeaseRecord, Leases};
 
 /// How the frontier chooses among groups that may send now.
@@ -602,26 +602,43 @@ impl<H> Scheduler<H> {
         if let Some(&g) = self.by_key.get(key) {
             return Ok(g);
         }
-        let uses: Vec<(&str, f64)> = if key.is_empty() {
-            Vec::new()
+        let plain = is_plain_key(key);
+        let (scopes, amount, key) = if plain {
+            // One host (the common case): no list to parse, nothing to collect.
+            let key: Arc<str> = Arc::from(key);
+            let one = GroupScope {
+                id: self.intern_scope(&key, Some(&key)),
+                name: (0, key.len() as u32),
+                amount: 1.0,
+                hint: ScopeHint::default(),
+            };
+            (Scopes::One(one), 1.0, key)
         } else {
-            parse_group_key(key)?
+            let uses: Vec<(&str, f64)> = if key.is_empty() {
+                Vec::new()
+            } else {
+                parse_group_key(key)?
+            };
+            let base = key.as_ptr() as usize;
+            let scopes: Vec<GroupScope> = uses
+                .iter()
+                .map(|&(name, amount)| {
+                    let start = (name.as_ptr() as usize - base) as u32;
+                    GroupScope {
+                        id: self.intern_scope(name, None),
+                        name: (start, start + name.len() as u32),
+                        amount,
+                        hint: ScopeHint::default(),
+                    }
+                })
+                .collect();
+            let scopes = match scopes[..] {
+                [one] => Scopes::One(one),
+                _ => Scopes::Many(scopes.into_boxed_slice()),
+            };
+            let amount: f64 = uses.iter().map(|(_, a)| *a).sum();
+            (scopes, amount, Arc::from(key))
         };
-        let plain = uses.len() == 1 && uses[0].0.len() == key.len();
-        let base = key.as_ptr() as usize;
-        let key: Arc<str> = Arc::from(key);
-        let scopes: Vec<GroupScope> = uses
-            .iter()
-            .map(|&(name, amount)| {
-                let start = (name.as_ptr() as usize - base) as u32;
-                GroupScope {
-                    id: self.intern_scope(name, plain.then_some(&key)),
-                    name: (start, start + name.len() as u32),
-                    amount,
-                    hint: ScopeHint::default(),
-                }
-            })
-            .collect();
         let group = Group {
             state: GroupState::Idle,
             epoch: 0,
@@ -632,11 +649,8 @@ impl<H> Scheduler<H> {
             active: 0,
             last_served: 0,
             load: 0.0,
-            amount: amount_key(uses.iter().map(|(_, a)| *a).sum()),
-            scopes: match scopes[..] {
-                [one] => Scopes::One(one),
-                _ => Scopes::Many(scopes.into_boxed_slice()),
-            },
+            amount: amount_key(amount),
+            scopes,
             key: key.clone(),
             buckets: Buckets::default(),
             delayed: 0,
