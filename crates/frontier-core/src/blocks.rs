@@ -23,6 +23,14 @@
 //! outnumber a quarter of those in use: memory follows the queues down when they drain.
 //! A sweep costs O(free list + pages) and comes after at least a third of that many
 //! blocks were given back, so sweeping stays O(1) amortized per block.
+//!
+//! A queue of one entry holds it in a cell instead: one 64-byte slot from pages of
+//! [`CELLS`] cells, on a free list of their own. A queue is kept per host and priority,
+//! so in a broad crawl (many hosts, few requests each) most queues hold one request,
+//! and a whole block for each cost ~450 bytes per request more. A queue's second entry
+//! moves the first into a block; a block's queue that shrinks to one entry stays in its
+//! block. Cell pages are kept for reuse, not given back: at most 64 bytes for each
+//! one-entry queue there has been at once.
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
@@ -37,6 +45,12 @@ const NIL: u32 = u32::MAX;
 /// priority), so that queues served one after the other (same priority, other hosts)
 /// sit next to each other in memory.
 pub(crate) const POOLS: usize = 16;
+/// Cells per page of one-entry queues (32 KiB of volatile-store requests).
+pub(crate) const CELLS: usize = 512;
+
+/// The slot of a one-entry queue, aligned like a block's slots.
+#[repr(align(64))]
+struct Cell<T>(Option<T>);
 
 /// Seven entries and the links of the chain they are in, aligned so that 64-byte
 /// entries each sit in one cache line.
@@ -79,6 +93,10 @@ pub(crate) struct Blocks<T> {
     free_len: usize,
     /// The free lists' length that starts the next sweep.
     sweep_at: usize,
+    /// Pages of cells, for queues of one entry.
+    cells: Vec<Box<[Cell<T>]>>,
+    /// Free cells, the next to hand out last.
+    free_cells: Vec<u32>,
 }
 
 impl<T> Default for Blocks<T> {
@@ -92,6 +110,8 @@ impl<T> Default for Blocks<T> {
             used: 0,
             free_len: 0,
             sweep_at: 4 * PAGE,
+            cells: Vec::new(),
+            free_cells: Vec::new(),
         }
     }
 }
@@ -111,6 +131,12 @@ impl<T> Blocks<T> {
     #[cfg(test)]
     pub(crate) fn used(&self) -> usize {
         self.used
+    }
+
+    /// Cells holding a one-entry queue's entry.
+    #[cfg(test)]
+    pub(crate) fn cells_used(&self) -> usize {
+        self.cells.len() * CELLS - self.free_cells.len()
     }
 
     /// Blocks allocated (in use or free), in pages not given back.
@@ -133,6 +159,59 @@ impl<T> Blocks<T> {
             .as_mut()
             .expect("a block in use is in a live page");
         &mut page[id as usize % PAGE]
+    }
+
+    #[inline]
+    fn cell(&self, id: u32) -> &Option<T> {
+        &self.cells[id as usize / CELLS][id as usize % CELLS].0
+    }
+
+    /// Puts `value` in a free cell (the one freed last); returns the cell.
+    #[inline]
+    fn put_in_cell(&mut self, value: T) -> u32 {
+        let id = match self.free_cells.pop() {
+            Some(id) => id,
+            None => self.new_cell_page(),
+        };
+        self.cells[id as usize / CELLS][id as usize % CELLS].0 = Some(value);
+        id
+    }
+
+    /// Adds a page of cells; returns its first cell (the others go on the free list).
+    #[inline(never)]
+    fn new_cell_page(&mut self) -> u32 {
+        let p = self.cells.len();
+        assert!(
+            (p + 1) * CELLS < NIL as usize,
+            "more queue cells than cell numbers"
+        );
+        self.cells.push((0..CELLS).map(|_| Cell(None)).collect());
+        let first = (p * CELLS) as u32;
+        self.free_cells
+            .extend((first + 1..first + CELLS as u32).rev());
+        first
+    }
+
+    /// Takes the value out of cell `id`, which goes back on the free list.
+    #[inline]
+    fn take_from_cell(&mut self, id: u32) -> Option<T> {
+        let value = self.cells[id as usize / CELLS][id as usize % CELLS]
+            .0
+            .take();
+        self.free_cells.push(id);
+        value
+    }
+
+    /// Starts loading cell `id` into the cache.
+    #[inline]
+    fn prefetch_cell(&self, id: u32) {
+        if let Some(cell) = self
+            .cells
+            .get(id as usize / CELLS)
+            .and_then(|page| page.get(id as usize % CELLS))
+        {
+            throttle_core::prefetch(cell);
+        }
     }
 
     /// A free block of `pool`, empty and unlinked: the one freed last.
@@ -235,6 +314,8 @@ impl<T> Blocks<T> {
 }
 
 /// Entries in order in a chain of blocks: pushed at the back, taken from either end.
+/// A run of one entry that never had more is in a cell instead: `head` is the cell and
+/// `tail` is `NIL`, as in an empty run (see [`blockless`](Self::blockless)).
 #[derive(Debug)]
 pub(crate) struct Run {
     head: u32,
@@ -269,19 +350,65 @@ impl Run {
         self.len == 0
     }
 
+    /// Whether its one entry is in a cell.
+    #[cfg(test)]
+    fn is_cell(&self) -> bool {
+        self.tail == NIL && self.len == 1
+    }
+
+    /// Whether it has no block: it is empty or its one entry is in a cell. One test
+    /// tells the paths of a block's run from both.
+    #[inline]
+    fn blockless(&self) -> bool {
+        self.tail == NIL
+    }
+
+    /// Takes the entry out of its cell (if it has one), leaving the run empty.
+    #[inline]
+    fn take_cell<T>(&mut self, blocks: &mut Blocks<T>) -> Option<T> {
+        if self.len == 0 {
+            return None;
+        }
+        let value = blocks.take_from_cell(self.head);
+        *self = Run::default();
+        value
+    }
+
+    /// The entry in its cell, if it has one.
+    #[inline]
+    fn in_cell<'b, T>(&self, blocks: &'b Blocks<T>) -> Option<&'b T> {
+        if self.len == 0 {
+            return None;
+        }
+        blocks.cell(self.head).as_ref()
+    }
+
     /// Appends `value`, taking a block from `pool` (below [`POOLS`]) when the last one
     /// is full.
     #[inline]
     pub(crate) fn push_back<T>(&mut self, blocks: &mut Blocks<T>, pool: usize, value: T) {
-        if self.len == 0 {
+        if self.blockless() && self.len == 0 {
+            *self = Run {
+                head: blocks.put_in_cell(value),
+                tail: NIL,
+                start: 0,
+                end: 0,
+                len: 1,
+            };
+            return;
+        }
+        if self.blockless() {
+            // A second entry: the first leaves its cell for a block.
+            let first = self.take_cell(blocks);
             let b = blocks.take(pool);
             *self = Run {
                 head: b,
                 tail: b,
                 start: 0,
-                end: 0,
-                len: 0,
+                end: 1,
+                len: 1,
             };
+            blocks.block_mut(b).slots[0] = first;
         } else if usize::from(self.end) == BLOCK {
             let b = blocks.take(pool);
             blocks.block_mut(self.tail).next = b;
@@ -296,8 +423,8 @@ impl Run {
 
     #[inline]
     pub(crate) fn pop_front<T>(&mut self, blocks: &mut Blocks<T>) -> Option<T> {
-        if self.len == 0 {
-            return None;
+        if self.blockless() {
+            return self.take_cell(blocks);
         }
         let head = self.head;
         let value = blocks.block_mut(head).slots[usize::from(self.start)].take();
@@ -316,8 +443,8 @@ impl Run {
 
     #[inline]
     pub(crate) fn pop_back<T>(&mut self, blocks: &mut Blocks<T>) -> Option<T> {
-        if self.len == 0 {
-            return None;
+        if self.blockless() {
+            return self.take_cell(blocks);
         }
         let tail = self.tail;
         self.end -= 1;
@@ -336,16 +463,16 @@ impl Run {
 
     #[inline]
     pub(crate) fn front<'b, T>(&self, blocks: &'b Blocks<T>) -> Option<&'b T> {
-        if self.len == 0 {
-            return None;
+        if self.blockless() {
+            return self.in_cell(blocks);
         }
         blocks.block(self.head).slots[usize::from(self.start)].as_ref()
     }
 
     #[inline]
     pub(crate) fn back<'b, T>(&self, blocks: &'b Blocks<T>) -> Option<&'b T> {
-        if self.len == 0 {
-            return None;
+        if self.blockless() {
+            return self.in_cell(blocks);
         }
         blocks.block(self.tail).slots[usize::from(self.end) - 1].as_ref()
     }
@@ -353,7 +480,10 @@ impl Run {
     /// Starts loading the entry at the front (or, with `back`, the back) into the cache.
     #[inline]
     pub(crate) fn prefetch<T>(&self, blocks: &Blocks<T>, back: bool) {
-        if self.len == 0 {
+        if self.blockless() {
+            if self.len != 0 {
+                blocks.prefetch_cell(self.head);
+            }
         } else if back {
             blocks.prefetch(self.tail, self.end - 1);
         } else {
@@ -366,6 +496,10 @@ impl Run {
     #[inline]
     pub(crate) fn prefetch_nth<T>(&self, blocks: &Blocks<T>, back: bool, n: usize) {
         if n >= self.len() {
+            return;
+        }
+        if self.blockless() {
+            blocks.prefetch_cell(self.head);
             return;
         }
         if back {
@@ -451,25 +585,29 @@ mod tests {
                 for (r, m) in runs.iter().zip(&model) {
                     prop_assert_eq!(r.len(), m.len());
                     let n = blocks.block_count_of(r);
-                    prop_assert_eq!(n == 0, m.is_empty());
+                    prop_assert_eq!(n == 0, m.is_empty() || r.is_cell());
+                    prop_assert!(!r.is_cell() || m.len() == 1);
                     prop_assert!(n <= m.len().div_ceil(BLOCK) + 1, "{} blocks for {}", n, m.len());
                 }
                 let in_runs: usize = runs.iter().map(|r| blocks.block_count_of(r)).sum();
                 prop_assert_eq!(blocks.used(), in_runs);
+                let in_cells = runs.iter().filter(|r| r.is_cell()).count();
+                prop_assert_eq!(blocks.cells_used(), in_cells);
             }
             for (r, m) in runs.iter_mut().zip(&mut model) {
                 let all: Vec<u32> = m.drain(..).collect();
                 prop_assert_eq!(r.take_all(&mut blocks), all);
             }
             prop_assert_eq!(blocks.used(), 0);
+            prop_assert_eq!(blocks.cells_used(), 0);
             prop_assert!(blocks.allocated() <= 3 * PAGE);
         }
     }
 
     impl<T> Blocks<T> {
-        /// Blocks in `run`'s chain, counted by walking it.
+        /// Blocks in `run`'s chain, counted by walking it (none for a cell).
         fn block_count_of(&self, run: &Run) -> usize {
-            if run.is_empty() {
+            if run.is_empty() || run.is_cell() {
                 return 0;
             }
             let (mut n, mut b) = (1, run.head);
@@ -479,6 +617,32 @@ mod tests {
             }
             n
         }
+    }
+
+    /// A queue of one entry takes a cell and no block, and its second entry moves both
+    /// into a block: a million one-entry queues cost 64 MB of cells, not 512 MB of
+    /// blocks.
+    #[test]
+    fn one_entry_queues_take_cells_not_blocks() {
+        let mut blocks: Blocks<u64> = Blocks::default();
+        let mut runs: Vec<Run> = (0..1000).map(|_| Run::default()).collect();
+        for (i, r) in runs.iter_mut().enumerate() {
+            r.push_back(&mut blocks, i % POOLS, i as u64);
+        }
+        assert_eq!(blocks.used(), 0);
+        assert_eq!(blocks.cells_used(), 1000);
+        assert_eq!(blocks.cells.len(), 1000usize.div_ceil(CELLS));
+        runs[7].push_back(&mut blocks, 0, 7_000);
+        assert_eq!((blocks.used(), blocks.cells_used()), (1, 999));
+        assert_eq!(runs[7].pop_back(&mut blocks), Some(7_000));
+        assert_eq!(runs[7].back(&blocks), Some(&7));
+        assert_eq!(runs[7].pop_front(&mut blocks), Some(7));
+        assert_eq!((blocks.used(), blocks.cells_used()), (0, 999));
+        for (i, r) in runs.iter_mut().enumerate().filter(|(i, _)| *i != 7) {
+            assert_eq!(r.front(&blocks), Some(&(i as u64)));
+            assert_eq!(r.pop_back(&mut blocks), Some(i as u64));
+        }
+        assert_eq!(blocks.cells_used(), 0);
     }
 
     /// Entries still queued when the blocks go are dropped with them.
@@ -491,7 +655,9 @@ mod tests {
             run.push_back(&mut blocks, 0, counter.clone());
         }
         drop(run.pop_front(&mut blocks));
-        assert_eq!(alloc::rc::Rc::strong_count(&counter), 100);
+        let mut single = Run::default();
+        single.push_back(&mut blocks, 0, counter.clone());
+        assert_eq!(alloc::rc::Rc::strong_count(&counter), 101);
         drop(blocks);
         assert_eq!(alloc::rc::Rc::strong_count(&counter), 1);
     }
