@@ -166,6 +166,11 @@ impl<T> Blocks<T> {
         &self.cells[id as usize / CELLS][id as usize % CELLS].0
     }
 
+    #[inline]
+    fn cell_mut(&mut self, id: u32) -> &mut Option<T> {
+        &mut self.cells[id as usize / CELLS][id as usize % CELLS].0
+    }
+
     /// Puts `value` in a free cell (the one freed last); returns the cell.
     #[inline]
     fn put_in_cell(&mut self, value: T) -> u32 {
@@ -173,7 +178,7 @@ impl<T> Blocks<T> {
             Some(id) => id,
             None => self.new_cell_page(),
         };
-        self.cells[id as usize / CELLS][id as usize % CELLS].0 = Some(value);
+        *self.cell_mut(id) = Some(value);
         id
     }
 
@@ -195,14 +200,12 @@ impl<T> Blocks<T> {
     /// Takes the value out of cell `id`, which goes back on the free list.
     #[inline]
     fn take_from_cell(&mut self, id: u32) -> Option<T> {
-        let value = self.cells[id as usize / CELLS][id as usize % CELLS]
-            .0
-            .take();
+        let value = self.cell_mut(id).take();
         self.free_cells.push(id);
         value
     }
 
-    /// Starts loading cell `id` into the cache.
+    /// Starts loading cell `id` into the cache (none for `NIL`, an empty run's head).
     #[inline]
     fn prefetch_cell(&self, id: u32) {
         if let Some(cell) = self
@@ -387,17 +390,17 @@ impl Run {
     /// is full.
     #[inline]
     pub(crate) fn push_back<T>(&mut self, blocks: &mut Blocks<T>, pool: usize, value: T) {
-        if self.blockless() && self.len == 0 {
-            *self = Run {
-                head: blocks.put_in_cell(value),
-                tail: NIL,
-                start: 0,
-                end: 0,
-                len: 1,
-            };
-            return;
-        }
         if self.blockless() {
+            if self.len == 0 {
+                *self = Run {
+                    head: blocks.put_in_cell(value),
+                    tail: NIL,
+                    start: 0,
+                    end: 0,
+                    len: 1,
+                };
+                return;
+            }
             // A second entry: the first leaves its cell for a block.
             let first = self.take_cell(blocks);
             let b = blocks.take(pool);
@@ -481,9 +484,7 @@ impl Run {
     #[inline]
     pub(crate) fn prefetch<T>(&self, blocks: &Blocks<T>, back: bool) {
         if self.blockless() {
-            if self.len != 0 {
-                blocks.prefetch_cell(self.head);
-            }
+            blocks.prefetch_cell(self.head);
         } else if back {
             blocks.prefetch(self.tail, self.end - 1);
         } else {
