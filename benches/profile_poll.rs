@@ -6,7 +6,7 @@
 //! shape: the frontier keeps them, the caller reads each URL and drops the request).
 //! `PROFILE_PAUSE_MS=3000` sleeps between the phases, so `perf record -D 4000` sees only
 //! the polls; `valgrind --tool=callgrind --toggle-collect='*drain*'` counts only their
-//! instructions. `PROFILE_JSON=1` prints the rates as one JSON line (`bench-vs-peers`'s
+//! instructions (`'*fill*'`: only the pushes'). `PROFILE_JSON=1` prints the rates as one JSON line (`bench-vs-peers`'s
 //! paired rounds read it). `PROFILE_LONG_URLS=1` appends 40 characters of tracking
 //! parameters to every URL, so that no record fits a queue slot (the store keeps them
 //! in its spill cells).
@@ -42,9 +42,7 @@ fn main() {
     let mut f: Frontier<VolatileStore> =
         Frontier::open(s, config, VolatileStore::new(), Timestamp::ZERO).unwrap();
     let t0 = std::time::Instant::now();
-    for r in &reqs {
-        f.push(r, Timestamp::ZERO).unwrap();
-    }
+    fill(&mut f, &reqs);
     let push = t0.elapsed();
     if let Some(ms) = std::env::var("PROFILE_PAUSE_MS")
         .ok()
@@ -72,6 +70,15 @@ fn main() {
             "push {push_rate:.0}/s {} {poll_rate:.0}/s ({k})",
             if complete { "poll+complete" } else { "poll" },
         );
+    }
+}
+
+/// Pushes every request. A function of its own so that `valgrind --toggle-collect=*fill*`
+/// counts only the pushes.
+#[inline(never)]
+fn fill(f: &mut Frontier<VolatileStore>, reqs: &[frontier_core::Request]) {
+    for r in reqs {
+        f.push(r, Timestamp::ZERO).unwrap();
     }
 }
 
