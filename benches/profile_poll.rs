@@ -9,7 +9,8 @@
 //! instructions (`'*fill*'`: only the pushes'). `PROFILE_JSON=1` prints the rates as one JSON line (`bench-vs-peers`'s
 //! paired rounds read it). `PROFILE_LONG_URLS=1` appends 40 characters of tracking
 //! parameters to every URL, so that no record fits a queue slot (the store keeps them
-//! in its spill cells).
+//! in its spill cells). `PROFILE_PUSH_ALL=100` pushes through `push_all` in batches of
+//! 100 requests instead of one `push` each.
 #![allow(clippy::print_stdout)]
 use frontier_core::{DupeFilterConfig, Frontier, FrontierConfig, Policy, Poll, VolatileStore};
 use throttle_core::{Outcome, Settings, Timestamp};
@@ -77,8 +78,20 @@ fn main() {
 /// counts only the pushes.
 #[inline(never)]
 fn fill(f: &mut Frontier<VolatileStore>, reqs: &[frontier_core::Request]) {
-    for r in reqs {
-        f.push(r, Timestamp::ZERO).unwrap();
+    match std::env::var("PROFILE_PUSH_ALL")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        Some(batch) if batch > 0 => {
+            for chunk in reqs.chunks(batch) {
+                f.push_all(chunk, Timestamp::ZERO).unwrap();
+            }
+        }
+        _ => {
+            for r in reqs {
+                f.push(r, Timestamp::ZERO).unwrap();
+            }
+        }
     }
 }
 

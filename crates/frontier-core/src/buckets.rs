@@ -304,6 +304,30 @@ impl<H> Rest<H> {
         }
     }
 
+    /// The queue of `key`, if it has one.
+    fn get(&self, key: BucketKey) -> Option<&Queue<H>> {
+        match self {
+            Rest::Sorted(v) => v
+                .binary_search_by(|(k, _)| key.cmp(k))
+                .ok()
+                .and_then(|at| v.get(at))
+                .map(|(_, q)| q),
+            Rest::Tree(t) => t.get(&key),
+        }
+    }
+
+    /// Starts loading the sorted vector's first lines (a push searches it).
+    fn prefetch_sorted(&self) {
+        if let Rest::Sorted(v) = self {
+            // About a line apart, at most four lines' worth (a binary search of a long
+            // list reads a few of them anyway).
+            let step = (64 / core::mem::size_of::<(BucketKey, Queue<H>)>()).max(1);
+            for e in v.iter().step_by(step).take(256 / 64 * step) {
+                throttle_core::prefetch(e);
+            }
+        }
+    }
+
     fn prefetch_best(&self) {
         if let Rest::Sorted(v) = self
             && let Some(best) = v.last()
@@ -371,6 +395,26 @@ impl<H> Buckets<H> {
             if q.len() == 1 {
                 self.rest.prefetch_best();
             }
+        }
+    }
+
+    /// Starts loading what [`push`](Self::push) under `key` will read, in two steps a few
+    /// pushes apart: the first loads the last entry of the head queue when `key` is its
+    /// key (a push compares with it and writes beside it) and otherwise the start of the
+    /// other queues' list; the second, once that list has arrived, the last entry of
+    /// `key`'s queue among them.
+    #[inline]
+    pub(crate) fn prefetch_push(&self, blocks: &EntryBlocks<H>, key: BucketKey, second: bool) {
+        match &self.head {
+            Some((k, q)) if *k == key && !second => q.run.prefetch(blocks, true),
+            Some((k, _)) if *k == key => {}
+            Some(_) if !second => self.rest.prefetch_sorted(),
+            Some(_) => {
+                if let Some(q) = self.rest.get(key) {
+                    q.run.prefetch(blocks, true);
+                }
+            }
+            None => {}
         }
     }
 

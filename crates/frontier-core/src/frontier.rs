@@ -13,12 +13,19 @@ use throttle_core::{
 use crate::codec::{Codec, DecodeError, EncodeError};
 use crate::dupefilter::{DupeFilter, DupeFilterConfig, DupeFilterConfigError};
 use crate::fingerprint::{Fingerprint, Fingerprinter};
-use crate::group::{InvalidGroupKey, InvalidRequest, group_key};
+use crate::group::{InvalidGroupKey, InvalidRequest, group_key, group_key_inline};
 use crate::leases::{LeaseRecord, Leases};
 use crate::request::Request;
 use crate::scheduler::{Policy, SchedPoll, Scheduler};
 use crate::stats::FrontierStats;
 use crate::store::{EntryMeta, RecoveryVisitor, Store, VolatileStore};
+
+/// How many requests apart [`Frontier::push_all`]'s prefetch steps run: a host's record
+/// is loaded three steps ahead of its push, what the record points to one and two steps
+/// ahead.
+const PUSH_AHEAD: usize = 4;
+/// The pipeline's length, rounded up to a power of two.
+const PUSH_RING: usize = 16;
 
 /// Options of the frontier itself (the throttling and ordering settings are in
 /// [`Settings`]).
@@ -166,7 +173,22 @@ pub struct Frontier<S: Store = VolatileStore> {
     held_back: HeldBackMonitor,
     payload: Vec<u8>,
     key: String,
+    /// [`push_all`](Frontier::push_all)'s group keys of the requests in its pipeline, by
+    /// position modulo [`PUSH_RING`] (kept from batch to batch, allocated once).
+    ahead: Vec<Ahead>,
+    /// `key` holds the group key of the request [`push`](Frontier::push) is given (set by
+    /// `push_all` for one call).
+    keyed: bool,
     fingerprinter: Fingerprinter,
+}
+
+/// A request in [`Frontier::push_all`]'s pipeline: its group key, if it has a valid one,
+/// and its group, if that exists already.
+#[derive(Default)]
+struct Ahead {
+    key: String,
+    valid: bool,
+    group: Option<u32>,
 }
 
 impl<S: Store> fmt::Debug for Frontier<S> {
@@ -324,6 +346,8 @@ impl<S: Store> Frontier<S> {
             held_back,
             payload: Vec::new(),
             key: String::new(),
+            ahead: Vec::new(),
+            keyed: false,
             fingerprinter: Fingerprinter::new(),
         })
     }
@@ -335,6 +359,8 @@ impl<S: Store> Frontier<S> {
         request: &Request,
         now: Timestamp,
     ) -> Result<PushOutcome, FrontierError<S::Error>> {
+        // Set by push_all when it has put this request's group key in `self.key`.
+        let keyed = core::mem::take(&mut self.keyed);
         if self.depth_limit > 0 && request.depth > self.depth_limit {
             self.stats.depth_ignored += 1;
             return Ok(PushOutcome::TooDeep);
@@ -350,9 +376,11 @@ impl<S: Store> Frontier<S> {
             }
         };
         let mut key = core::mem::take(&mut self.key);
-        if request.dont_throttle {
+        if keyed {
+            // Computed by push_all.
+        } else if request.dont_throttle {
             key.clear();
-        } else if let Err(e) = group_key(request, &mut key) {
+        } else if let Err(e) = group_key_inline(request, &mut key) {
             self.key = key;
             return Err(FrontierError::InvalidRequest(e));
         }
@@ -393,6 +421,90 @@ impl<S: Store> Frontier<S> {
         Ok(PushOutcome::Queued(LeaseId(seq)))
     }
 
+    /// The priority `request` is queued at: its own, lowered by `depth_priority` per level
+    /// of depth.
+    fn priority_of(&self, request: &Request) -> i32 {
+        request
+            .priority
+            .saturating_sub((request.depth as i32).saturating_mul(self.depth_priority))
+    }
+
+    /// Queues many requests, in order, as [`push`](Self::push) one after the other would
+    /// (stopping at the first error, with the requests before it queued), and faster: while
+    /// it queues one request it starts loading, into the CPU cache, what the pushes a few
+    /// requests ahead will read (their host's record and the end of the queue they join).
+    /// Over many hosts a push mostly waits for memory, so batches of links, as a page's
+    /// links come, go in at a fraction of the time per request.
+    pub fn push_all(
+        &mut self,
+        requests: &[Request],
+        now: Timestamp,
+    ) -> Result<Vec<PushOutcome>, FrontierError<S::Error>> {
+        let mut out = Vec::with_capacity(requests.len());
+        let mut ahead = core::mem::take(&mut self.ahead);
+        ahead.resize_with(PUSH_RING, Ahead::default);
+        let result = self.push_pipelined(requests, &mut ahead, &mut out, now);
+        self.ahead = ahead;
+        result.map(|()| out)
+    }
+
+    /// [`push_all`](Self::push_all)'s loop: request `i + 3 * PUSH_AHEAD` gets its group
+    /// key and group and its host's record starts loading; `i + 2 * PUSH_AHEAD` and
+    /// `i + PUSH_AHEAD` take the two steps of [`Scheduler::prefetch_push`]; request `i`
+    /// is pushed with its key computed already.
+    fn push_pipelined(
+        &mut self,
+        requests: &[Request],
+        ahead: &mut [Ahead],
+        out: &mut Vec<PushOutcome>,
+        now: Timestamp,
+    ) -> Result<(), FrontierError<S::Error>> {
+        let slot = |i: usize| i % PUSH_RING;
+        for (i, request) in requests.iter().enumerate().take(3 * PUSH_AHEAD) {
+            self.look_ahead(request, &mut ahead[slot(i)]);
+        }
+        for (i, request) in requests.iter().enumerate() {
+            let first = i + 3 * PUSH_AHEAD;
+            if let Some(r) = requests.get(first) {
+                self.look_ahead(r, &mut ahead[slot(first)]);
+            }
+            for (at, second) in [(i + 2 * PUSH_AHEAD, false), (i + PUSH_AHEAD, true)] {
+                if let (Some(r), Some(g)) = (requests.get(at), ahead[slot(at)].group) {
+                    self.scheduler
+                        .prefetch_push(g, self.priority_of(r), r.start, second);
+                }
+            }
+            // The key goes to `push` and its buffer comes back to the ring.
+            let a = &mut ahead[slot(i)];
+            core::mem::swap(&mut self.key, &mut a.key);
+            self.keyed = a.valid;
+            let result = self.push(request, now);
+            self.keyed = false;
+            core::mem::swap(&mut self.key, &mut a.key);
+            out.push(result?);
+        }
+        Ok(())
+    }
+
+    /// Computes `request`'s group key into `a`, finds its group if it exists and starts
+    /// loading the group's record.
+    fn look_ahead(&self, request: &Request, a: &mut Ahead) {
+        a.valid = if request.dont_throttle {
+            a.key.clear();
+            true
+        } else {
+            group_key(request, &mut a.key).is_ok()
+        };
+        a.group = if a.valid {
+            self.scheduler.group_of(&a.key)
+        } else {
+            None
+        };
+        if let Some(g) = a.group {
+            self.scheduler.prefetch_group(g);
+        }
+    }
+
     fn store_new(
         &mut self,
         request: &Request,
@@ -405,9 +517,7 @@ impl<S: Store> Frontier<S> {
             .scheduler
             .group_for(key)
             .map_err(FrontierError::CorruptGroup)?;
-        let priority = request
-            .priority
-            .saturating_sub((request.depth as i32).saturating_mul(self.depth_priority));
+        let priority = self.priority_of(request);
         self.payload.clear();
         let host = elidable_host(request, key);
         if let Some((id, name)) = self

@@ -60,6 +60,13 @@ impl core::error::Error for InvalidRequest {}
 
 /// Writes the group key of `req` into `out` (cleared first).
 pub fn group_key(req: &Request, out: &mut String) -> Result<(), InvalidRequest> {
+    group_key_inline(req, out)
+}
+
+/// [`group_key`], inlined where it is called: the frontier's push, which spends ~35
+/// instructions a request more on a call.
+#[inline(always)]
+pub(crate) fn group_key_inline(req: &Request, out: &mut String) -> Result<(), InvalidRequest> {
     out.clear();
     match req.scopes.as_deref().filter(|s| !s.is_empty()) {
         None => host_scope_into(&req.url, out),
@@ -174,6 +181,7 @@ fn default_port(scheme: &str) -> Option<u16> {
     }
 }
 
+#[inline(always)]
 fn host_scope_into(url: &str, out: &mut String) -> Result<(), InvalidRequest> {
     if fast_host(url, out) {
         return Ok(());

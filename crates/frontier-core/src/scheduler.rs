@@ -598,6 +598,27 @@ impl<H> Scheduler<H> {
     }
 
     /// The group for `key`, created if needed.
+    /// The group of `key` if there is one (none is created).
+    pub(crate) fn group_of(&self, key: &str) -> Option<u32> {
+        self.by_key.get(key).copied()
+    }
+
+    /// Starts loading group `group`'s record (the first step of a push's prefetch).
+    pub(crate) fn prefetch_group(&self, group: u32) {
+        if let Some(g) = self.groups.get(group as usize) {
+            throttle_core::prefetch(g);
+        }
+    }
+
+    /// Starts loading what a push into `group` at `priority` will read, once the group's
+    /// record has arrived (see [`Buckets::prefetch_push`] for the two steps).
+    pub(crate) fn prefetch_push(&self, group: u32, priority: i32, start: bool, second: bool) {
+        if let Some(g) = self.groups.get(group as usize) {
+            let key = (Reverse(priority), self.class(start));
+            g.buckets.prefetch_push(&self.blocks, key, second);
+        }
+    }
+
     pub(crate) fn group_for(&mut self, key: &str) -> Result<u32, InvalidGroupKey> {
         if let Some(&g) = self.by_key.get(key) {
             return Ok(g);

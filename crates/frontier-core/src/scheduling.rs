@@ -151,6 +151,14 @@ impl<S: Store> Scheduling for Frontier<S> {
         Frontier::push(self, request, now)
     }
 
+    fn push_all(
+        &mut self,
+        requests: &[Request],
+        now: Timestamp,
+    ) -> Result<Vec<PushOutcome>, FrontierError<S::Error>> {
+        Frontier::push_all(self, requests, now)
+    }
+
     fn poll(&mut self, now: Timestamp) -> Result<Poll, FrontierError<S::Error>> {
         Frontier::poll(self, now)
     }
