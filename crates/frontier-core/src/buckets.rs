@@ -319,10 +319,10 @@ impl<H> Rest<H> {
     /// Starts loading the sorted vector's first lines (a push searches it).
     fn prefetch_sorted(&self) {
         if let Rest::Sorted(v) = self {
-            // About a line apart, at most four lines' worth (a binary search of a long
-            // list reads a few of them anyway).
-            let step = (64 / core::mem::size_of::<(BucketKey, Queue<H>)>()).max(1);
-            for e in v.iter().step_by(step).take(256 / 64 * step) {
+            // Its first 256 bytes, about a line apart (a binary search of a longer list
+            // reads a few lines past them).
+            let size = core::mem::size_of::<(BucketKey, Queue<H>)>().max(1);
+            for e in v.iter().take(256 / size).step_by((64 / size).max(1)) {
                 throttle_core::prefetch(e);
             }
         }

@@ -597,7 +597,6 @@ impl<H> Scheduler<H> {
         }
     }
 
-    /// The group for `key`, created if needed.
     /// The group of `key` if there is one (none is created).
     pub(crate) fn group_of(&self, key: &str) -> Option<u32> {
         self.by_key.get(key).copied()
@@ -619,6 +618,7 @@ impl<H> Scheduler<H> {
         }
     }
 
+    /// The group for `key`, created if needed.
     pub(crate) fn group_for(&mut self, key: &str) -> Result<u32, InvalidGroupKey> {
         if let Some(&g) = self.by_key.get(key) {
             return Ok(g);
