@@ -42,7 +42,7 @@
 //!   `start_order` and after other requests of equal priority, `depth_priority`,
 //!   `depth_limit`; `peek` always shows what `poll` would return.
 //! - The throttling-aware scheduler (default) and Scrapy's slot-aware [`Policy`].
-//! - The duplicate filter: Scrapy-compatible [`fingerprint`]s, an exact set of 64-bit
+//! - The duplicate filter: Scrapy-compatible [`fingerprint`](fn@fingerprint)s, an exact set of 64-bit
 //!   prefixes or a Bloom filter, import of Scrapy's `requests.seen`.
 //! - Leases with at-least-once delivery: [`Frontier::complete`], [`Frontier::retry`], and
 //!   redelivery of unacknowledged leases when a store is reopened.

@@ -1,5 +1,5 @@
 //! The interface the runtime drivers drive: a frontier in this process
-//! ([`Frontier`](crate::Frontier) over any [`Store`](crate::Store)) or one shared by many
+//! ([`Frontier`] over any [`Store`]) or one shared by many
 //! processes (`store-redis`).
 //!
 //! It is the frontier's own run loop, nothing more: push requests, poll the next one that
