@@ -7,6 +7,8 @@
 //!   queueing. Building the `Request` values is excluded, as in the peer script.
 //! - `push_1m_no_dupefilter`: the same without the duplicate filter (what Scrapy's
 //!   priority queues alone do).
+//! - `push_all_1m_no_dupefilter`: the same through `Frontier::push_all` in batches of
+//!   100 (a page's links), which loads what the pushes ahead will read while it queues.
 //! - `poll_1m`: polling all 1,000,000 back: throttling-aware scheduling, a throttler
 //!   permit per request, decoding into a `Request`, a lease (what Scrapy's `pop` does is
 //!   only the first part). The frontier keeps every lease open; the caller reads each
@@ -52,9 +54,19 @@ fn open(policy: Policy, dupefilter: DupeFilterConfig) -> Frontier<VolatileStore>
     Frontier::open(settings(), config, VolatileStore::new(), Timestamp::ZERO).unwrap()
 }
 
-fn push_all(f: &mut Frontier<VolatileStore>, reqs: &[Request]) {
-    for r in reqs {
-        f.push(r, Timestamp::ZERO).unwrap();
+/// Pushes every request, one `push` each, or through `push_all` in batches of `batch`.
+fn push_each(f: &mut Frontier<VolatileStore>, reqs: &[Request], batch: Option<usize>) {
+    match batch {
+        Some(n) => {
+            for chunk in reqs.chunks(n) {
+                f.push_all(chunk, Timestamp::ZERO).unwrap();
+            }
+        }
+        None => {
+            for r in reqs {
+                f.push(r, Timestamp::ZERO).unwrap();
+            }
+        }
     }
 }
 
@@ -66,9 +78,14 @@ fn frontier(c: &mut Criterion) {
     group.sample_size(10);
     group.throughput(Throughput::Elements(N as u64));
 
-    for (name, dupefilter) in [
-        ("push_1m", DupeFilterConfig::Exact),
-        ("push_1m_no_dupefilter", DupeFilterConfig::Disabled),
+    for (name, dupefilter, batch) in [
+        ("push_1m", DupeFilterConfig::Exact, None),
+        ("push_1m_no_dupefilter", DupeFilterConfig::Disabled, None),
+        (
+            "push_all_1m_no_dupefilter",
+            DupeFilterConfig::Disabled,
+            Some(100),
+        ),
     ] {
         group.bench_function(BenchmarkId::new("frontier-core", name), |b| {
             b.iter_custom(|iters| {
@@ -76,7 +93,7 @@ fn frontier(c: &mut Criterion) {
                 for _ in 0..iters {
                     let mut f = open(Policy::ThrottlingAware, dupefilter);
                     let t0 = Instant::now();
-                    push_all(&mut f, &reqs);
+                    push_each(&mut f, &reqs, batch);
                     total += t0.elapsed();
                     assert_eq!(f.len(), N);
                 }
@@ -107,7 +124,7 @@ fn frontier(c: &mut Criterion) {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
                     let mut f = open(policy, DupeFilterConfig::Disabled);
-                    push_all(&mut f, reqs);
+                    push_each(&mut f, reqs, None);
                     let ok = Outcome::status(200);
                     let now = Timestamp::ZERO;
                     let mut url_bytes = 0;
