@@ -31,7 +31,7 @@ use frontier_core::{
     DupeFilterConfig, Frontier, FrontierConfig, Policy, Poll, Request, VolatileStore, fingerprint,
 };
 use throttle_core::{Outcome, Settings, Timestamp};
-use workspace_benches::{peer_requests, peer_url};
+use workspace_benches::{peer_requests, peer_url, push_requests};
 
 const N: usize = 1_000_000;
 const HOSTS: usize = 10_000;
@@ -52,22 +52,6 @@ fn open(policy: Policy, dupefilter: DupeFilterConfig) -> Frontier<VolatileStore>
         persist_scope_states: false,
     };
     Frontier::open(settings(), config, VolatileStore::new(), Timestamp::ZERO).unwrap()
-}
-
-/// Pushes every request, one `push` each, or through `push_all` in batches of `batch`.
-fn push_each(f: &mut Frontier<VolatileStore>, reqs: &[Request], batch: Option<usize>) {
-    match batch {
-        Some(n) => {
-            for chunk in reqs.chunks(n) {
-                f.push_all(chunk, Timestamp::ZERO).unwrap();
-            }
-        }
-        None => {
-            for r in reqs {
-                f.push(r, Timestamp::ZERO).unwrap();
-            }
-        }
-    }
 }
 
 fn frontier(c: &mut Criterion) {
@@ -93,7 +77,7 @@ fn frontier(c: &mut Criterion) {
                 for _ in 0..iters {
                     let mut f = open(Policy::ThrottlingAware, dupefilter);
                     let t0 = Instant::now();
-                    push_each(&mut f, &reqs, batch);
+                    push_requests(&mut f, &reqs, batch);
                     total += t0.elapsed();
                     assert_eq!(f.len(), N);
                 }
@@ -124,7 +108,7 @@ fn frontier(c: &mut Criterion) {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
                     let mut f = open(policy, DupeFilterConfig::Disabled);
-                    push_each(&mut f, reqs, None);
+                    push_requests(&mut f, reqs, None);
                     let ok = Outcome::status(200);
                     let now = Timestamp::ZERO;
                     let mut url_bytes = 0;

@@ -1,7 +1,8 @@
 //! Workloads shared by the benchmarks, shaped like the peer scripts' in
 //! `shared/peers/bench_scrapy_queues.py` so the figures compare.
 
-use frontier_core::Request;
+use frontier_core::{Frontier, Request, Store};
+use throttle_core::Timestamp;
 
 pub mod drive;
 
@@ -67,5 +68,25 @@ pub fn redis_settings() -> throttle_core::Settings {
         concurrent_requests: u32::MAX,
         concurrent_requests_per_domain: 0,
         ..throttle_core::Settings::default()
+    }
+}
+
+/// Pushes every request at time zero: one `push` each, or through `push_all` in batches
+/// of `batch` (a page's links at a time).
+pub fn push_requests<S: Store>(f: &mut Frontier<S>, reqs: &[Request], batch: Option<usize>)
+where
+    S::Error: std::fmt::Debug,
+{
+    match batch {
+        Some(n) => {
+            for chunk in reqs.chunks(n.max(1)) {
+                f.push_all(chunk, Timestamp::ZERO).unwrap();
+            }
+        }
+        None => {
+            for r in reqs {
+                f.push(r, Timestamp::ZERO).unwrap();
+            }
+        }
     }
 }

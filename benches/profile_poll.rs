@@ -14,7 +14,7 @@
 #![allow(clippy::print_stdout)]
 use frontier_core::{DupeFilterConfig, Frontier, FrontierConfig, Policy, Poll, VolatileStore};
 use throttle_core::{Outcome, Settings, Timestamp};
-use workspace_benches::peer_requests;
+use workspace_benches::{peer_requests, push_requests};
 
 fn main() {
     let n: usize = std::env::args()
@@ -78,21 +78,11 @@ fn main() {
 /// counts only the pushes.
 #[inline(never)]
 fn fill(f: &mut Frontier<VolatileStore>, reqs: &[frontier_core::Request]) {
-    match std::env::var("PROFILE_PUSH_ALL")
+    let batch = std::env::var("PROFILE_PUSH_ALL")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
-    {
-        Some(batch) if batch > 0 => {
-            for chunk in reqs.chunks(batch) {
-                f.push_all(chunk, Timestamp::ZERO).unwrap();
-            }
-        }
-        _ => {
-            for r in reqs {
-                f.push(r, Timestamp::ZERO).unwrap();
-            }
-        }
-    }
+        .filter(|&n| n > 0);
+    push_requests(f, reqs, batch);
 }
 
 /// Polls until nothing is ready, reading each request's URL and completing its lease
