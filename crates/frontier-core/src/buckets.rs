@@ -267,19 +267,24 @@ enum Rest<H> {
     Tree(BTreeMap<BucketKey, Queue<H>>),
 }
 
+/// Where `key` is (or would go) in a list sorted worst key first.
+fn search<H>(v: &[(BucketKey, Queue<H>)], key: BucketKey) -> Result<usize, usize> {
+    v.binary_search_by(|(k, _)| key.cmp(k))
+}
+
 impl<H> Rest<H> {
     /// The queue of `key`, created empty if there is none.
     fn entry(&mut self, key: BucketKey) -> &mut Queue<H> {
         if let Rest::Sorted(v) = self
             && v.len() >= SORTED_MAX
-            && v.binary_search_by(|(k, _)| key.cmp(k)).is_err()
+            && search(v, key).is_err()
         {
             let tree: BTreeMap<BucketKey, Queue<H>> = v.drain(..).collect();
             *self = Rest::Tree(tree);
         }
         match self {
             Rest::Sorted(v) => {
-                let at = match v.binary_search_by(|(k, _)| key.cmp(k)) {
+                let at = match search(v, key) {
                     Ok(at) => at,
                     Err(at) => {
                         v.insert(at, (key, Queue::new(key)));
@@ -307,11 +312,7 @@ impl<H> Rest<H> {
     /// The queue of `key`, if it has one.
     fn get(&self, key: BucketKey) -> Option<&Queue<H>> {
         match self {
-            Rest::Sorted(v) => v
-                .binary_search_by(|(k, _)| key.cmp(k))
-                .ok()
-                .and_then(|at| v.get(at))
-                .map(|(_, q)| q),
+            Rest::Sorted(v) => search(v, key).ok().map(|at| &v[at].1),
             Rest::Tree(t) => t.get(&key),
         }
     }
@@ -405,16 +406,18 @@ impl<H> Buckets<H> {
     /// `key`'s queue among them.
     #[inline]
     pub(crate) fn prefetch_push(&self, blocks: &EntryBlocks<H>, key: BucketKey, second: bool) {
-        match &self.head {
-            Some((k, q)) if *k == key && !second => q.run.prefetch(blocks, true),
-            Some((k, _)) if *k == key => {}
-            Some(_) if !second => self.rest.prefetch_sorted(),
-            Some(_) => {
+        let Some((head_key, head)) = &self.head else {
+            return;
+        };
+        match (*head_key == key, second) {
+            (true, false) => head.run.prefetch(blocks, true),
+            (true, true) => {}
+            (false, false) => self.rest.prefetch_sorted(),
+            (false, true) => {
                 if let Some(q) = self.rest.get(key) {
                     q.run.prefetch(blocks, true);
                 }
             }
-            None => {}
         }
     }
 

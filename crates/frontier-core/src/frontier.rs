@@ -13,7 +13,7 @@ use throttle_core::{
 use crate::codec::{Codec, DecodeError, EncodeError};
 use crate::dupefilter::{DupeFilter, DupeFilterConfig, DupeFilterConfigError};
 use crate::fingerprint::{Fingerprint, Fingerprinter};
-use crate::group::{InvalidGroupKey, InvalidRequest, group_key, group_key_inline};
+use crate::group::{InvalidGroupKey, InvalidRequest, group_key_inline};
 use crate::leases::{LeaseRecord, Leases};
 use crate::request::Request;
 use crate::scheduler::{Policy, SchedPoll, Scheduler};
@@ -24,7 +24,8 @@ use crate::store::{EntryMeta, RecoveryVisitor, Store, VolatileStore};
 /// is loaded three steps ahead of its push, what the record points to one and two steps
 /// ahead.
 const PUSH_AHEAD: usize = 4;
-/// The pipeline's length, rounded up to a power of two.
+/// The pipeline's length (more than the `3 * PUSH_AHEAD` requests in it at once), a
+/// power of two.
 const PUSH_RING: usize = 16;
 
 /// Options of the frontier itself (the throttling and ordering settings are in
@@ -190,6 +191,22 @@ struct Ahead {
     valid: bool,
     group: Option<u32>,
 }
+
+/// The key of the group `request` joins: its own (see [`group_key`](crate::group_key)),
+/// or the unthrottled lane's (empty) for a `dont_throttle` request. Inlined, as
+/// [`group_key_inline`] is, for push.
+#[inline(always)]
+fn request_key(request: &Request, out: &mut String) -> Result<(), InvalidRequest> {
+    if request.dont_throttle {
+        out.clear();
+        Ok(())
+    } else {
+        group_key_inline(request, out)
+    }
+}
+
+// The ring holds every request between its look-ahead and its push.
+const _: () = assert!(PUSH_RING > 3 * PUSH_AHEAD);
 
 impl<S: Store> fmt::Debug for Frontier<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -376,11 +393,7 @@ impl<S: Store> Frontier<S> {
             }
         };
         let mut key = core::mem::take(&mut self.key);
-        if keyed {
-            // Computed by push_all.
-        } else if request.dont_throttle {
-            key.clear();
-        } else if let Err(e) = group_key_inline(request, &mut key) {
+        if !keyed && let Err(e) = request_key(request, &mut key) {
             self.key = key;
             return Err(FrontierError::InvalidRequest(e));
         }
@@ -489,12 +502,7 @@ impl<S: Store> Frontier<S> {
     /// Computes `request`'s group key into `a`, finds its group if it exists and starts
     /// loading the group's record.
     fn look_ahead(&self, request: &Request, a: &mut Ahead) {
-        a.valid = if request.dont_throttle {
-            a.key.clear();
-            true
-        } else {
-            group_key(request, &mut a.key).is_ok()
-        };
+        a.valid = request_key(request, &mut a.key).is_ok();
         a.group = if a.valid {
             self.scheduler.group_of(&a.key)
         } else {

@@ -620,7 +620,7 @@ impl<H> Scheduler<H> {
 
     /// The group for `key`, created if needed.
     pub(crate) fn group_for(&mut self, key: &str) -> Result<u32, InvalidGroupKey> {
-        if let Some(&g) = self.by_key.get(key) {
+        if let Some(g) = self.group_of(key) {
             return Ok(g);
         }
         let plain = is_plain_key(key);
