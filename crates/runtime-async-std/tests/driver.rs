@@ -54,6 +54,51 @@ fn concurrent_callers_of_next_are_served_in_arrival_order() {
     );
 }
 
+/// `next` looks without taking the turn only when nobody holds it: a caller that comes
+/// while another waits queues behind it, even if a request is ready by then.
+#[test]
+fn a_caller_that_comes_while_another_waits_does_not_jump_ahead() {
+    let (clock, time) = Clock::manual(Timestamp::ZERO);
+    let settings = Settings::default()
+        .without_jitter()
+        .with_scope("a.com", ScopeConfig::new().delay(10.0));
+    let d = Driver::new(Frontier::in_memory(settings, clock.now()).unwrap(), clock);
+    let served = RefCell::new(Vec::new());
+    time.block_on(async {
+        d.push_all(vec![
+            Request::get("https://a.com/1"),
+            Request::get("https://a.com/2"),
+        ])
+        .await
+        .unwrap();
+        let first = d.next().await.unwrap().unwrap();
+        d.complete(first.id(), Outcome::status(200)).await.unwrap();
+        let take = |name: &'static str| {
+            let (d, served) = (d.clone(), &served);
+            async move {
+                let l = d.next().await.unwrap().unwrap();
+                served
+                    .borrow_mut()
+                    .push((name, l.request.url.to_string(), d.now()));
+            }
+        };
+        // `w` waits for a.com's delay (holding the turn); then b.com's request is
+        // pushed, ready at once, and `n` comes: `w` is served first, with it.
+        let later = async {
+            d.push(Request::get("https://b.com/")).await.unwrap();
+            take("n").await;
+        };
+        future::zip(take("w"), later).await;
+    });
+    assert_eq!(
+        *served.borrow(),
+        [
+            ("w", "https://b.com/".to_string(), Timestamp::ZERO),
+            ("n", "https://a.com/1".to_string(), Timestamp::from_secs(10)),
+        ]
+    );
+}
+
 #[test]
 fn the_lease_stream_and_periodic_flushes_end_with_the_driver() {
     let (clock, time) = Clock::manual(Timestamp::ZERO);

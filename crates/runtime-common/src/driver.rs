@@ -155,25 +155,38 @@ where
 
     /// Runs `op` on the frontier: on the blocking thread pool for stores whose calls
     /// block on I/O (so they never stall the executor), inline for in-memory stores.
-    async fn blocking<T, Op>(&self, op: Op) -> Result<T, DriverError<B::StoreError>>
+    ///
+    /// This and [`blocking_change`](Self::blocking_change) hand back [`run`](Self::run)'s
+    /// future instead of awaiting it in an async fn of their own: one more layer of
+    /// futures per call showed in the driver's overhead (a few percent of a lease in
+    /// `profile-driver`).
+    fn blocking<T, Op>(
+        &self,
+        op: Op,
+    ) -> impl Future<Output = Result<T, DriverError<B::StoreError>>> + use<'_, T, Op, B, R>
     where
         Op: FnOnce(&mut B, Timestamp) -> T + Send + 'static,
         T: Send + 'static,
     {
-        self.run(op, false).await
+        self.run(op, false)
     }
 
     /// [`blocking`](Self::blocking) for an `op` that may let a request go sooner: tasks
     /// waiting in `next` look again. They are told as soon as `op` is done, even if the
     /// caller stopped waiting for it meanwhile (the call still runs to completion).
-    async fn blocking_change<T, Op>(&self, op: Op) -> Result<T, DriverError<B::StoreError>>
+    fn blocking_change<T, Op>(
+        &self,
+        op: Op,
+    ) -> impl Future<Output = Result<T, DriverError<B::StoreError>>> + use<'_, T, Op, B, R>
     where
         Op: FnOnce(&mut B, Timestamp) -> T + Send + 'static,
         T: Send + 'static,
     {
-        self.run(op, true).await
+        self.run(op, true)
     }
 
+    /// What [`blocking`](Self::blocking) and [`blocking_change`](Self::blocking_change)
+    /// run: [`Inner::step`], through [`Runtime::unblock`] when the store blocks.
     async fn run<T, Op>(&self, op: Op, changes: bool) -> Result<T, DriverError<B::StoreError>>
     where
         Op: FnOnce(&mut B, Timestamp) -> T + Send + 'static,
@@ -235,14 +248,23 @@ where
     /// (holding its scope slots) until the store is reopened, which delivers it again.
     /// Stop workers between leases, or only when shutting down.
     pub async fn next(&self) -> Option<Result<Lease, DriverError<B::StoreError>>> {
-        let _turn = self.inner.turn.lock().await;
         // With a frontier in memory, a first look without a listener: when a request is
         // ready (the usual case in a busy crawl) it saves registering one and taking it
-        // off the event's list again (~160 of the ~900 instructions the driver added to
-        // a lease, `profile-driver` under callgrind). A blocking store's look is a
-        // thread handoff, so there every look has its listener.
+        // off the event's list again. When nobody holds the turn, that look goes without
+        // it too: nobody waits before this task, and looks take the frontier's lock one
+        // at a time anyway, so serving it now keeps first come, first served. A blocking
+        // store's look is a thread handoff, so there every look has its listener.
+        let mut looked = false;
+        if !B::BLOCKING && self.inner.turn.is_free() {
+            if let Look::Done(out) = self.look_inline() {
+                return out;
+            }
+            looked = true;
+        }
+        let _turn = self.inner.turn.lock().await;
         if !B::BLOCKING
-            && let Look::Done(out) = self.look().await
+            && !looked
+            && let Look::Done(out) = self.look_inline()
         {
             return out;
         }
@@ -262,19 +284,29 @@ where
 
     /// One poll for [`next`](Self::next): its answer, or until when to wait (at the
     /// latest) for a change.
+    fn look_op(f: &mut B, now: Timestamp) -> Look<B::StoreError> {
+        match f.poll(now) {
+            Err(e) => Look::Done(Some(Err(e.into()))),
+            Ok(Poll::Ready(lease)) => Look::Done(Some(Ok(lease))),
+            Ok(Poll::Empty) if f.in_flight() == 0 => Look::Done(None),
+            Ok(Poll::NotUntil(t)) => Look::Wait(Some(t)),
+            // A completion here notifies; work freed elsewhere (a shared frontier)
+            // is found by looking again at the frontier's next wake-up.
+            Ok(Poll::Blocked | Poll::Empty) => Look::Wait(f.poll_timeout()),
+        }
+    }
+
+    /// [`look`](Self::look) on this thread (for a store whose calls do not block).
+    fn look_inline(&self) -> Look<B::StoreError> {
+        self.inner
+            .step(Self::look_op, false)
+            .unwrap_or(Look::Done(None))
+    }
+
+    /// [`look_op`](Self::look_op) where the store's calls run (off the executor when
+    /// they block).
     async fn look(&self) -> Look<B::StoreError> {
-        let look = self
-            .blocking(|f, now| match f.poll(now) {
-                Err(e) => Look::Done(Some(Err(e.into()))),
-                Ok(Poll::Ready(lease)) => Look::Done(Some(Ok(lease))),
-                Ok(Poll::Empty) if f.in_flight() == 0 => Look::Done(None),
-                Ok(Poll::NotUntil(t)) => Look::Wait(Some(t)),
-                // A completion here notifies; work freed elsewhere (a shared frontier)
-                // is found by looking again at the frontier's next wake-up.
-                Ok(Poll::Blocked | Poll::Empty) => Look::Wait(f.poll_timeout()),
-            })
-            .await;
-        match look {
+        match self.blocking(Self::look_op).await {
             Ok(look) => look,
             Err(DriverError::Closed) => Look::Done(None),
             Err(e) => Look::Done(Some(Err(e))),

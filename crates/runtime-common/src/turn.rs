@@ -71,6 +71,13 @@ impl Turn {
         }
     }
 
+    /// Whether nobody holds the turn and nobody waits for it. Only a hint (it may change
+    /// right after), costing one load where taking and passing the turn cost an atomic
+    /// read-modify-write each.
+    pub(crate) fn is_free(&self) -> bool {
+        self.word.load(Ordering::Acquire) == FREE
+    }
+
     /// Waits for the turn; it passes on when the guard is dropped.
     pub(crate) fn lock(&self) -> TakeTurn<'_> {
         TakeTurn {
