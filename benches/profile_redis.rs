@@ -1,12 +1,14 @@
 //! Profiling helper for store-redis's script: the `redis-bench` workload's pushes and
 //! batched polls, phase by phase, on a server started elsewhere (under valgrind).
 //!
-//!     REDIS_URL=redis://127.0.0.1:6411/ profile-redis [N] [HOSTS]
+//!     REDIS_URL=redis://127.0.0.1:6411/ profile-redis [N] [HOSTS] [batch|single]
 //!
 //! Phases, each ended by a `PING` (the bench itself sends none): the queue alone
 //! (`push_all` without the duplicate filter, batches of 1,000 requests per script call),
 //! the same requests with the exact duplicate filter on another crawl, then
-//! `poll_batch(64)` on that crawl until it is empty. Start the server with
+//! `poll_batch(64)` on that crawl until it is empty; with `single`, `poll` (one lease per
+//! call, what a driver does) until it is empty, then a fourth phase that completes each of
+//! those leases (`complete`, one call each): the script's fixed cost per call shows there. Start the server with
 //! `valgrind --tool=callgrind --toggle-collect=luaCallFunction --dump-before=pingCommand
 //! redis-server ...` and each dump holds one phase's instructions inside script calls
 //! (divide by N requests or leases). Prints each phase's count and wall time.
@@ -15,9 +17,9 @@
 //! file's after each `open` (same function name): a changed script measured without a
 //! rebuild, as long as it reads and writes the same layout as the built one.
 #![allow(clippy::print_stdout)]
-use frontier_core::DupeFilterConfig;
+use frontier_core::{DupeFilterConfig, Poll};
 use store_redis::{RedisConfig, RedisFrontier};
-use throttle_core::Timestamp;
+use throttle_core::{Outcome, Timestamp};
 use workspace_benches::{peer_requests_range, redis_config, redis_settings};
 
 /// Loads `PROFILE_LUA`'s script in place of the one `open` installed (see the docs).
@@ -39,6 +41,14 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let n: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(5_000);
     let hosts: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(1_000);
+    let single = match args.get(3).map(String::as_str) {
+        None | Some("batch") => false,
+        Some("single") => true,
+        Some(other) => {
+            eprintln!("profile-redis: unknown mode {other:?} (batch, single)");
+            std::process::exit(2);
+        }
+    };
     let url = std::env::var("REDIS_URL").expect("REDIS_URL (a server under valgrind)");
     let mut c = redis::Client::open(url.as_str())
         .unwrap()
@@ -68,6 +78,21 @@ fn main() {
     }
     phase(&mut c, "push", t0, n);
     let t0 = std::time::Instant::now();
+    if single {
+        let mut leases = Vec::with_capacity(n);
+        while let Poll::Ready(lease) = f.poll(now).unwrap() {
+            leases.push(lease.id());
+        }
+        assert_eq!(leases.len(), n);
+        phase(&mut c, "pop", t0, n);
+        let t0 = std::time::Instant::now();
+        let ok = Outcome::status(200);
+        for id in leases {
+            assert!(f.complete(id, &ok, now).unwrap());
+        }
+        phase(&mut c, "complete", t0, n);
+        return;
+    }
     let mut popped = 0;
     loop {
         let batch = f.poll_batch(now, 64).unwrap();
