@@ -99,6 +99,39 @@ fn a_caller_that_comes_while_another_waits_does_not_jump_ahead() {
     );
 }
 
+/// Shutting down ends a `next` that waits for a change (a lease in flight, nothing
+/// queued) and one queued behind it for the turn. (On a thread with a deadline: a `next`
+/// left asleep would otherwise hang the test.)
+#[test]
+fn shutdown_ends_the_calls_waiting_in_next() {
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let (clock, time) = Clock::manual(Timestamp::ZERO);
+        let d = Driver::new(
+            Frontier::in_memory(Settings::default(), clock.now()).unwrap(),
+            clock,
+        );
+        time.block_on(async {
+            d.push(Request::get("https://a.com/")).await.unwrap();
+            let out = d.next().await.unwrap().unwrap();
+            let closed = async {
+                future::yield_now().await;
+                d.shutdown().await.unwrap();
+            };
+            let ((first, second), ()) = future::zip(future::zip(d.next(), d.next()), closed).await;
+            assert!(first.is_none() && second.is_none());
+            assert!(matches!(
+                d.complete(out.id(), Outcome::status(200)).await,
+                Err(DriverError::Closed)
+            ));
+        });
+        done.send(()).unwrap();
+    });
+    finished
+        .recv_timeout(Duration::from_secs(30))
+        .expect("shutdown left a call to next() waiting");
+}
+
 #[test]
 fn the_lease_stream_and_periodic_flushes_end_with_the_driver() {
     let (clock, time) = Clock::manual(Timestamp::ZERO);

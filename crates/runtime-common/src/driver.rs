@@ -240,8 +240,10 @@ where
 
     /// The next request that may be sent now, waiting as long as needed: exactly until
     /// the next scope or delayed request allows it, or less if a completion frees a scope
-    /// first. `None` when nothing is queued and nothing is in flight. Tasks calling it
-    /// concurrently are served first come, first served.
+    /// first. `None` when nothing is queued and nothing is in flight. Tasks that wait are
+    /// served first come, first served: a task's place in line is fixed when it takes its
+    /// turn, which it does on arrival, or (with a frontier in memory, when nobody else
+    /// waits) just after a look that found nothing ready.
     ///
     /// Cancel safety: dropping the future while it waits loses nothing, but dropping it
     /// while a poll runs off the executor can leave the lease that poll took in flight
@@ -251,9 +253,11 @@ where
         // With a frontier in memory, a first look without a listener: when a request is
         // ready (the usual case in a busy crawl) it saves registering one and taking it
         // off the event's list again. When nobody holds the turn, that look goes without
-        // it too: nobody waits before this task, and looks take the frontier's lock one
-        // at a time anyway, so serving it now keeps first come, first served. A blocking
-        // store's look is a thread handoff, so there every look has its listener.
+        // it too (one atomic load instead of taking and passing the turn): nobody waits
+        // before this task. A task whose look finds nothing takes its place in line only
+        // then, so one that came meanwhile may be served before it; once a task holds the
+        // turn, every newcomer queues behind it. A blocking store's look is a thread
+        // handoff, so there every look has its listener.
         let mut looked = false;
         if !B::BLOCKING && self.inner.turn.is_free() {
             if let Look::Done(out) = self.look_inline() {
@@ -429,10 +433,10 @@ where
         let store = self
             .unblock(move || {
                 let frontier = lock(&inner.frontier).take();
-                let store = frontier.map(Scheduling::close);
-                // Tasks waiting in `next` see the driver closed.
+                // Tasks waiting in `next` see the driver closed (told before `close`
+                // runs, so that a panic in it does not leave them asleep).
                 inner.changed.notify(usize::MAX);
-                store
+                frontier.map(Scheduling::close)
             })
             .await?
             .ok_or(DriverError::Closed)??;
