@@ -1,4 +1,4 @@
-//! Bytes of memory per queued request: a million requests (the peers' ~75-byte URLs over
+//! Bytes of memory per queued request: a million requests (the peers' ~70-byte URLs over
 //! 10,000 hosts) pushed into a frontier, measured two ways:
 //!
 //! - `heap`: bytes the frontier asked the allocator for (a counting global allocator),
