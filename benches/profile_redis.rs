@@ -8,10 +8,11 @@
 //! the same requests with the exact duplicate filter on another crawl, then
 //! `poll_batch(64)` on that crawl until it is empty; with `single`, `poll` (one lease per
 //! call, what a driver does) until it is empty, then a fourth phase that completes each of
-//! those leases (`complete`, one call each): the script's fixed cost per call shows there. Start the server with
-//! `valgrind --tool=callgrind --toggle-collect=luaCallFunction --dump-before=pingCommand
-//! redis-server ...` and each dump holds one phase's instructions inside script calls
-//! (divide by N requests or leases). Prints each phase's count and wall time.
+//! those leases (`complete`, one call each): the script's fixed cost per call shows
+//! there. Start the server with `valgrind --tool=callgrind
+//! --toggle-collect=luaCallFunction --dump-before=pingCommand redis-server ...` and each
+//! dump holds one phase's instructions inside script calls (divide by N requests or
+//! leases). Prints each phase's count and wall time.
 //!
 //! `PROFILE_LUA=path/to/frontier.lua` replaces the server's copy of the script with that
 //! file's after each `open` (same function name): a changed script measured without a

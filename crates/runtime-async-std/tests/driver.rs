@@ -3,21 +3,28 @@
 
 use std::cell::RefCell;
 
-use frontier_core::{Frontier, Request};
+use frontier_core::{Frontier, Request, VolatileStore};
 use futures_lite::{StreamExt, future};
 use throttle_core::{Outcome, ScopeConfig, Settings, Timestamp};
 
 use std::time::Duration;
 
-use runtime_async_std::{Clock, Driver, DriverError};
+use runtime_async_std::{Clock, Driver, DriverError, ManualClock};
+
+/// A driver over an in-memory frontier with `settings`, on a manual clock from zero.
+fn manual_driver(settings: Settings) -> (Driver<VolatileStore>, Clock, ManualClock) {
+    let (clock, time) = Clock::manual(Timestamp::ZERO);
+    let d = Driver::new(Frontier::in_memory(settings, clock.now()).unwrap(), clock);
+    (d, clock, time)
+}
 
 #[test]
 fn concurrent_callers_of_next_are_served_in_arrival_order() {
-    let (clock, time) = Clock::manual(Timestamp::ZERO);
-    let settings = Settings::default()
-        .without_jitter()
-        .with_scope("a.com", ScopeConfig::new().delay(1.0));
-    let d = Driver::new(Frontier::in_memory(settings, clock.now()).unwrap(), clock);
+    let (d, _, time) = manual_driver(
+        Settings::default()
+            .without_jitter()
+            .with_scope("a.com", ScopeConfig::new().delay(1.0)),
+    );
     let served = RefCell::new(Vec::new());
     let worker = |name: &'static str| {
         let (d, served) = (d.clone(), &served);
@@ -58,11 +65,11 @@ fn concurrent_callers_of_next_are_served_in_arrival_order() {
 /// while another waits queues behind it, even if a request is ready by then.
 #[test]
 fn a_caller_that_comes_while_another_waits_does_not_jump_ahead() {
-    let (clock, time) = Clock::manual(Timestamp::ZERO);
-    let settings = Settings::default()
-        .without_jitter()
-        .with_scope("a.com", ScopeConfig::new().delay(10.0));
-    let d = Driver::new(Frontier::in_memory(settings, clock.now()).unwrap(), clock);
+    let (d, _, time) = manual_driver(
+        Settings::default()
+            .without_jitter()
+            .with_scope("a.com", ScopeConfig::new().delay(10.0)),
+    );
     let served = RefCell::new(Vec::new());
     time.block_on(async {
         d.push_all(vec![
@@ -106,11 +113,7 @@ fn a_caller_that_comes_while_another_waits_does_not_jump_ahead() {
 fn shutdown_ends_the_calls_waiting_in_next() {
     let (done, finished) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let (clock, time) = Clock::manual(Timestamp::ZERO);
-        let d = Driver::new(
-            Frontier::in_memory(Settings::default(), clock.now()).unwrap(),
-            clock,
-        );
+        let (d, _, time) = manual_driver(Settings::default());
         time.block_on(async {
             d.push(Request::get("https://a.com/")).await.unwrap();
             let out = d.next().await.unwrap().unwrap();
@@ -134,11 +137,7 @@ fn shutdown_ends_the_calls_waiting_in_next() {
 
 #[test]
 fn the_lease_stream_and_periodic_flushes_end_with_the_driver() {
-    let (clock, time) = Clock::manual(Timestamp::ZERO);
-    let d = Driver::new(
-        Frontier::in_memory(Settings::default(), clock.now()).unwrap(),
-        clock,
-    );
+    let (d, clock, time) = manual_driver(Settings::default());
     time.block_on(async {
         d.push_all(vec![
             Request::get("https://a.com/"),

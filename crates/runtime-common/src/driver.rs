@@ -258,16 +258,13 @@ where
         // then, so one that came meanwhile may be served before it; once a task holds the
         // turn, every newcomer queues behind it. A blocking store's look is a thread
         // handoff, so there every look has its listener.
-        let mut looked = false;
-        if !B::BLOCKING && self.inner.turn.is_free() {
-            if let Look::Done(out) = self.look_inline() {
-                return out;
-            }
-            looked = true;
+        let without_turn = !B::BLOCKING && self.inner.turn.is_free();
+        if without_turn && let Look::Done(out) = self.look_inline() {
+            return out;
         }
         let _turn = self.inner.turn.lock().await;
         if !B::BLOCKING
-            && !looked
+            && !without_turn
             && let Look::Done(out) = self.look_inline()
         {
             return out;
