@@ -3,9 +3,9 @@
 
 use std::time::{Duration, Instant};
 
-use frontier_core::{Frontier, FrontierConfig, Poll, Request, Store};
-use runtime_common::{DriverFor, Runtime};
-use throttle_core::{Outcome, Settings, Timestamp};
+use polite_frontier_core::{Frontier, FrontierConfig, Poll, Request, Store};
+use polite_runtime_common::{DriverFor, Runtime};
+use polite_throttle_core::{Outcome, Settings, Timestamp};
 
 /// Unlimited concurrency, no delay, no jitter: nothing waits, so the drain measures the
 /// path a lease takes and nothing else.
@@ -18,10 +18,7 @@ pub fn settings() -> Settings {
 
 /// The default frontier (exact duplicate filter) without scope states kept on close.
 pub fn config() -> FrontierConfig {
-    FrontierConfig {
-        persist_scope_states: false,
-        ..FrontierConfig::default()
-    }
+    FrontierConfig::default().persist_scope_states(false)
 }
 
 /// A frontier on `store` holding `reqs`, flushed.
@@ -42,11 +39,11 @@ where
 pub enum Way {
     /// `poll` and `complete` called directly, at a fixed time.
     Direct,
-    /// `runtime_tokio::Driver` on a current-thread runtime.
+    /// `polite_runtime_tokio::Driver` on a current-thread runtime.
     Tokio,
-    /// `runtime_tokio::Driver` on a multi-threaded runtime with 2 workers.
+    /// `polite_runtime_tokio::Driver` on a multi-threaded runtime with 2 workers.
     TokioMulti,
-    /// `runtime_async_std::Driver` under `futures_lite::future::block_on`.
+    /// `polite_runtime_async_std::Driver` under `futures_lite::future::block_on`.
     AsyncStd,
 }
 
@@ -92,17 +89,19 @@ where
             .enable_time()
             .build()
             .unwrap();
-            let clock = runtime_tokio::Clock::starting_at(Timestamp::ZERO);
+            let clock = polite_runtime_tokio::Clock::starting_at(Timestamp::ZERO);
             // The loop runs as a spawned task, as a crawler's workers do.
             rt.block_on(async move {
-                tokio::spawn(drain_driver(runtime_tokio::Driver::new(f, clock)))
+                tokio::spawn(drain_driver(polite_runtime_tokio::Driver::new(f, clock)))
                     .await
                     .unwrap()
             })
         }
         Way::AsyncStd => {
-            let clock = runtime_async_std::Clock::starting_at(Timestamp::ZERO);
-            futures_lite::future::block_on(drain_driver(runtime_async_std::Driver::new(f, clock)))
+            let clock = polite_runtime_async_std::Clock::starting_at(Timestamp::ZERO);
+            futures_lite::future::block_on(drain_driver(polite_runtime_async_std::Driver::new(
+                f, clock,
+            )))
         }
     }
 }

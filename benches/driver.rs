@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use frontier_core::{Durability, VolatileStore};
+use polite_frontier_core::{Durability, VolatileStore};
 use workspace_benches::drive::{Way, fill, run};
 use workspace_benches::peer_requests;
 
@@ -47,12 +47,10 @@ fn bench(c: &mut Criterion) {
                 (0..iters)
                     .map(|_| {
                         let dir = tempfile::tempdir().unwrap();
-                        let options = store_sqlite::SqliteOptions {
-                            durability: Durability::default(),
-                            ..Default::default()
-                        };
+                        let options = polite_store_sqlite::SqliteOptions::default()
+                            .durability(Durability::default());
                         let path = dir.path().join("bench.sqlite3");
-                        let store = store_sqlite::SqliteStore::open(path, options).unwrap();
+                        let store = polite_store_sqlite::SqliteStore::open(path, options).unwrap();
                         run(way, fill(store, small)).1
                     })
                     .sum()

@@ -27,10 +27,10 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use frontier_core::{
+use polite_frontier_core::{
     DupeFilterConfig, Frontier, FrontierConfig, Policy, Poll, Request, VolatileStore, fingerprint,
 };
-use throttle_core::{Outcome, Settings, Timestamp};
+use polite_throttle_core::{Outcome, Settings, Timestamp};
 use workspace_benches::{peer_requests, peer_url, push_requests};
 
 const N: usize = 1_000_000;
@@ -46,11 +46,10 @@ fn settings() -> Settings {
 }
 
 fn open(policy: Policy, dupefilter: DupeFilterConfig) -> Frontier<VolatileStore> {
-    let config = FrontierConfig {
-        policy,
-        dupefilter,
-        persist_scope_states: false,
-    };
+    let config = FrontierConfig::default()
+        .policy(policy)
+        .dupefilter(dupefilter)
+        .persist_scope_states(false);
     Frontier::open(settings(), config, VolatileStore::new(), Timestamp::ZERO).unwrap()
 }
 
@@ -71,7 +70,7 @@ fn frontier(c: &mut Criterion) {
             Some(100),
         ),
     ] {
-        group.bench_function(BenchmarkId::new("frontier-core", name), |b| {
+        group.bench_function(BenchmarkId::new("polite-frontier-core", name), |b| {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
@@ -103,7 +102,7 @@ fn frontier(c: &mut Criterion) {
             &one_host,
         ),
     ] {
-        group.bench_function(BenchmarkId::new("frontier-core", name), |b| {
+        group.bench_function(BenchmarkId::new("polite-frontier-core", name), |b| {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
@@ -133,12 +132,15 @@ fn frontier(c: &mut Criterion) {
     let mut group = c.benchmark_group("fingerprint");
     group.throughput(Throughput::Elements(1));
     let mut i = 0;
-    group.bench_function(BenchmarkId::new("frontier-core", "fingerprint"), |b| {
-        b.iter(|| {
-            i = (i + 1) % N;
-            black_box(fingerprint("GET", &urls[i], b"").unwrap())
-        })
-    });
+    group.bench_function(
+        BenchmarkId::new("polite-frontier-core", "fingerprint"),
+        |b| {
+            b.iter(|| {
+                i = (i + 1) % N;
+                black_box(fingerprint("GET", &urls[i], b"").unwrap())
+            })
+        },
+    );
     group.finish();
 }
 

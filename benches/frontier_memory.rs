@@ -14,8 +14,8 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicIsize, Ordering};
 
-use frontier_core::{DupeFilterConfig, Frontier, FrontierConfig, Request, VolatileStore};
-use throttle_core::{Settings, Timestamp};
+use polite_frontier_core::{DupeFilterConfig, Frontier, FrontierConfig, Request, VolatileStore};
+use polite_throttle_core::{Settings, Timestamp};
 use workspace_benches::peer_requests_range;
 
 struct Counting;
@@ -74,14 +74,8 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let settings = Settings {
-        concurrent_requests_per_domain: 0,
-        ..Settings::default()
-    };
-    let config = FrontierConfig {
-        dupefilter,
-        ..FrontierConfig::default()
-    };
+    let settings = Settings::default().concurrent_requests_per_domain(0);
+    let config = FrontierConfig::default().dupefilter(dupefilter);
     let heap0 = LIVE.load(Ordering::Relaxed);
     let rss0 = rss_bytes();
     let mut f: Frontier<VolatileStore> =

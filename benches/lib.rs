@@ -1,8 +1,8 @@
 //! Workloads shared by the benchmarks, shaped like the peer scripts' in
 //! `shared/peers/bench_scrapy_queues.py` so the figures compare.
 
-use frontier_core::{Frontier, Request, Store};
-use throttle_core::Timestamp;
+use polite_frontier_core::{Frontier, Request, Store};
+use polite_throttle_core::Timestamp;
 
 pub mod drive;
 
@@ -51,24 +51,19 @@ pub fn peer_requests(n: usize, d: usize) -> Vec<Request> {
 
 /// A Redis frontier's configuration with `dupefilter` and every other setting at its
 /// default (the Redis benchmarks' crawls differ only in their duplicate filter).
-pub fn redis_config(dupefilter: frontier_core::DupeFilterConfig) -> store_redis::RedisConfig {
-    store_redis::RedisConfig {
-        frontier: frontier_core::FrontierConfig {
-            dupefilter,
-            ..frontier_core::FrontierConfig::default()
-        },
-        ..store_redis::RedisConfig::default()
-    }
+pub fn redis_config(
+    dupefilter: polite_frontier_core::DupeFilterConfig,
+) -> polite_store_redis::RedisConfig {
+    polite_store_redis::RedisConfig::default()
+        .frontier(polite_frontier_core::FrontierConfig::default().dupefilter(dupefilter))
 }
 
 /// The Redis benchmarks' throttling: on for every poll, but nothing waits (unlimited
 /// concurrency, no delay).
-pub fn redis_settings() -> throttle_core::Settings {
-    throttle_core::Settings {
-        concurrent_requests: u32::MAX,
-        concurrent_requests_per_domain: 0,
-        ..throttle_core::Settings::default()
-    }
+pub fn redis_settings() -> polite_throttle_core::Settings {
+    polite_throttle_core::Settings::default()
+        .concurrent_requests(u32::MAX)
+        .concurrent_requests_per_domain(0)
 }
 
 /// Pushes every request at time zero: one `push` each, or through `push_all` in batches

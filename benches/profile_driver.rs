@@ -10,7 +10,7 @@
 #![allow(clippy::print_stdout)]
 use std::time::Duration;
 
-use frontier_core::VolatileStore;
+use polite_frontier_core::VolatileStore;
 use workspace_benches::drive::{Way, fill, run};
 use workspace_benches::peer_requests;
 

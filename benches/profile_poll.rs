@@ -12,8 +12,10 @@
 //! in its spill cells). `PROFILE_PUSH_ALL=100` pushes through `push_all` in batches of
 //! 100 requests instead of one `push` each.
 #![allow(clippy::print_stdout)]
-use frontier_core::{DupeFilterConfig, Frontier, FrontierConfig, Policy, Poll, VolatileStore};
-use throttle_core::{Outcome, Settings, Timestamp};
+use polite_frontier_core::{
+    DupeFilterConfig, Frontier, FrontierConfig, Policy, Poll, VolatileStore,
+};
+use polite_throttle_core::{Outcome, Settings, Timestamp};
 use workspace_benches::{peer_requests, push_requests};
 
 fn main() {
@@ -35,11 +37,10 @@ fn main() {
     let mut s = Settings::default().without_jitter();
     s.concurrent_requests = u32::MAX;
     s.concurrent_requests_per_domain = 0;
-    let config = FrontierConfig {
-        policy: Policy::ThrottlingAware,
-        dupefilter: DupeFilterConfig::Disabled,
-        persist_scope_states: false,
-    };
+    let config = FrontierConfig::default()
+        .policy(Policy::ThrottlingAware)
+        .dupefilter(DupeFilterConfig::Disabled)
+        .persist_scope_states(false);
     let mut f: Frontier<VolatileStore> =
         Frontier::open(s, config, VolatileStore::new(), Timestamp::ZERO).unwrap();
     let t0 = std::time::Instant::now();
@@ -77,7 +78,7 @@ fn main() {
 /// Pushes every request. A function of its own so that `valgrind --toggle-collect=*fill*`
 /// counts only the pushes.
 #[inline(never)]
-fn fill(f: &mut Frontier<VolatileStore>, reqs: &[frontier_core::Request]) {
+fn fill(f: &mut Frontier<VolatileStore>, reqs: &[polite_frontier_core::Request]) {
     let batch = std::env::var("PROFILE_PUSH_ALL")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())

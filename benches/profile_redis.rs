@@ -1,4 +1,4 @@
-//! Profiling helper for store-redis's script: the `redis-bench` workload's pushes and
+//! Profiling helper for polite-store-redis's script: the `redis-bench` workload's pushes and
 //! batched polls, phase by phase, on a server started elsewhere (under valgrind).
 //!
 //!     REDIS_URL=redis://127.0.0.1:6411/ profile-redis [N] [HOSTS] [batch|single]
@@ -18,9 +18,9 @@
 //! file's after each `open` (same function name): a changed script measured without a
 //! rebuild, as long as it reads and writes the same layout as the built one.
 #![allow(clippy::print_stdout)]
-use frontier_core::{DupeFilterConfig, Poll};
-use store_redis::{RedisConfig, RedisFrontier};
-use throttle_core::{Outcome, Timestamp};
+use polite_frontier_core::{DupeFilterConfig, Poll};
+use polite_store_redis::{RedisConfig, RedisFrontier};
+use polite_throttle_core::{Outcome, Timestamp};
 use workspace_benches::{peer_requests_range, redis_config, redis_settings};
 
 /// Loads `PROFILE_LUA`'s script in place of the one `open` installed (see the docs).
@@ -29,7 +29,7 @@ fn override_script(c: &mut redis::Connection) {
         return;
     };
     let code = std::fs::read_to_string(&path).expect("PROFILE_LUA: a readable file");
-    let library = store_redis::testing::replacement_library(&code);
+    let library = polite_store_redis::testing::replacement_library(&code);
     let _: redis::Value = redis::cmd("FUNCTION")
         .arg("LOAD")
         .arg("REPLACE")

@@ -52,10 +52,10 @@
 
 use std::time::Instant;
 
-use frontier_core::{DupeFilterConfig, Poll, PushOutcome, Request};
-use store_redis::testing::RedisServer;
-use store_redis::{RedisConfig, RedisFrontier};
-use throttle_core::{Outcome, Timestamp};
+use polite_frontier_core::{DupeFilterConfig, Poll, PushOutcome, Request};
+use polite_store_redis::testing::RedisServer;
+use polite_store_redis::{RedisConfig, RedisFrontier};
+use polite_throttle_core::{Outcome, Timestamp};
 use workspace_benches::{peer_requests_range, redis_config, redis_settings};
 
 fn used_memory(c: &mut redis::Connection) -> i64 {
@@ -609,7 +609,7 @@ fn lease_floor(c: &mut redis::Connection, url: &str, reqs: &[Request], now: Time
         panic!("nothing to lease")
     };
     let mut host = String::new();
-    frontier_core::group_key(&lease.request, &mut host).expect("a host");
+    polite_frontier_core::group_key(&lease.request, &mut host).expect("a host");
     let leaves: Vec<Vec<u8>> = redis::cmd("KEYS").arg("{floor}:C|*").query(c).unwrap();
     let gid = leaves
         .iter()

@@ -14,17 +14,15 @@
 
 use std::time::Instant;
 
-use frontier_core::{Frontier, Poll, Request};
-use throttle_core::{Outcome, Settings, Timestamp};
+use polite_frontier_core::{Frontier, Poll, Request};
+use polite_throttle_core::{Outcome, Settings, Timestamp};
 use workspace_benches::peer_requests;
 
 fn settings() -> Settings {
-    Settings {
-        concurrent_requests: u32::MAX,
-        concurrent_requests_per_domain: 0,
-        throttling_scope_limit: 0,
-        ..Settings::default()
-    }
+    Settings::default()
+        .concurrent_requests(u32::MAX)
+        .concurrent_requests_per_domain(0)
+        .throttling_scope_limit(0)
 }
 
 /// Nanoseconds per push and per poll + complete of `n` requests over `scopes` hosts.

@@ -20,8 +20,8 @@
 use std::path::Path;
 use std::time::Instant;
 
-use frontier_core::{Durability, Frontier, FrontierConfig, Poll, Store};
-use throttle_core::{Outcome, Settings, Timestamp};
+use polite_frontier_core::{Durability, Frontier, FrontierConfig, Poll, Store};
+use polite_throttle_core::{Outcome, Settings, Timestamp};
 use workspace_benches::peer_requests_range;
 
 fn disk_bytes(dir: &Path) -> u64 {
@@ -86,15 +86,10 @@ fn measure<S: Store>(store: S, dir: &Path, n: usize, hosts: usize) -> Measured
 where
     S::Error: std::fmt::Display,
 {
-    let settings = Settings {
-        concurrent_requests: u32::MAX,
-        concurrent_requests_per_domain: 0,
-        ..Settings::default()
-    };
-    let config = FrontierConfig {
-        persist_scope_states: false,
-        ..FrontierConfig::default()
-    };
+    let settings = Settings::default()
+        .concurrent_requests(u32::MAX)
+        .concurrent_requests_per_domain(0);
+    let config = FrontierConfig::default().persist_scope_states(false);
     let now = Timestamp::ZERO;
     let mut f = Frontier::open(settings, config, store, now).unwrap_or_else(|e| panic!("{e}"));
     let mut push_time = 0.0;
@@ -164,21 +159,18 @@ fn main() {
     };
     let m = match kind.as_str() {
         "sqlite" | "sqlite-indexed" => {
-            let options = store_sqlite::SqliteOptions {
-                durability,
-                group_index: kind == "sqlite-indexed",
-                ..Default::default()
-            };
-            let store = store_sqlite::SqliteStore::open(dir.path().join("crawl.sqlite3"), options)
-                .expect("opening the database");
+            let options = polite_store_sqlite::SqliteOptions::default()
+                .durability(durability)
+                .group_index(kind == "sqlite-indexed");
+            let store =
+                polite_store_sqlite::SqliteStore::open(dir.path().join("crawl.sqlite3"), options)
+                    .expect("opening the database");
             measure(store, dir.path(), n, hosts)
         }
         "fs" | "fs-pread" => {
-            let config = store_fs::FsConfig {
-                mmap_reads: kind == "fs",
-                ..store_fs::FsConfig::with_durability(durability)
-            };
-            let store = store_fs::FsStore::open(dir.path().join("crawl.fs"), config)
+            let config =
+                polite_store_fs::FsConfig::with_durability(durability).mmap_reads(kind == "fs");
+            let store = polite_store_fs::FsStore::open(dir.path().join("crawl.fs"), config)
                 .expect("opening the store directory");
             measure(store, dir.path(), n, hosts)
         }

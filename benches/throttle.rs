@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use governor::{Quota, RateLimiter};
-use throttle_core::{Outcome, ScopeUse, Settings, Throttler, Timestamp};
+use polite_throttle_core::{Outcome, ScopeUse, Settings, Throttler, Timestamp};
 use workspace_benches::host_names;
 
 const SCOPES: usize = 100_000;
@@ -27,7 +27,7 @@ fn decisions(c: &mut Criterion) {
     let mut group = c.benchmark_group("decision_100k_scopes");
     group.throughput(Throughput::Elements(1));
 
-    // throttle-core: default settings (8 per host, no delay), one scope per request.
+    // polite-throttle-core: default settings (8 per host, no delay), one scope per request.
     let mut throttler = Throttler::new(Settings::default(), Timestamp::ZERO).unwrap();
     let mut now = Timestamp::ZERO;
     for h in &hosts {
@@ -38,7 +38,7 @@ fn decisions(c: &mut Criterion) {
     let ok = Outcome::status(200);
     let mut i = 0usize;
     group.bench_function(
-        BenchmarkId::new("throttle-core", "try_acquire+release"),
+        BenchmarkId::new("polite-throttle-core", "try_acquire+release"),
         |b| {
             b.iter(|| {
                 i = (i + 1) % SCOPES;
@@ -75,7 +75,7 @@ fn decisions(c: &mut Criterion) {
     // quota), and 1 response in 100 a 429 that backs its host off.
     let settings = Settings::default().with_scope(
         "budget",
-        throttle_core::ScopeConfig::new()
+        polite_throttle_core::ScopeConfig::new()
             .concurrency(0)
             .quota(1e12)
             .window(60.0),
@@ -85,7 +85,7 @@ fn decisions(c: &mut Criterion) {
     let limited = Outcome::status(429);
     let mut k = 0usize;
     group.bench_function(
-        BenchmarkId::new("throttle-core", "two_scopes_quota_1pct_429"),
+        BenchmarkId::new("polite-throttle-core", "two_scopes_quota_1pct_429"),
         |b| {
             b.iter(|| {
                 k = (k + 1) % SCOPES;

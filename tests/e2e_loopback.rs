@@ -1,6 +1,6 @@
 //! End to end over real loopback HTTP: a local server with several hosts, each enforcing
 //! its own rate limit (429 + Retry-After when exceeded) and recording every arrival; a
-//! crawl of a few thousand linked pages through the tokio driver and store-sqlite with
+//! crawl of a few thousand linked pages through the tokio driver and polite-store-sqlite with
 //! reqwest. Every page is fetched exactly once, no host ever sees more concurrency or
 //! less spacing than configured, and the 429s stay few once backoff and rampup settle.
 
@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use frontier_core::{Frontier, FrontierConfig, Request};
-use runtime_tokio::{Clock, Driver};
-use store_sqlite::{SqliteOptions, SqliteStore};
-use throttle_core::{Outcome, RampupConfig, ScopeConfig, Settings};
+use polite_frontier_core::{Frontier, FrontierConfig, Request};
+use polite_runtime_tokio::{Clock, Driver};
+use polite_store_sqlite::{SqliteOptions, SqliteStore};
+use polite_throttle_core::{Outcome, RampupConfig, ScopeConfig, Settings};
 use workspace_tests::{host_name, links};
 
 /// Hosts, pages per host, and the server's rule: the smallest spacing between two
@@ -144,10 +144,7 @@ async fn a_polite_crawl_over_loopback() {
         ScopeConfig::new()
             .delay(0.05)
             .max_concurrency(2)
-            .rampup(RampupConfig {
-                min_delay: Some(0.005),
-                ..Default::default()
-            }),
+            .rampup(RampupConfig::default().min_delay(0.005)),
     );
     let dir = tempfile::tempdir().unwrap();
     let store =
@@ -192,7 +189,7 @@ async fn a_polite_crawl_over_loopback() {
                 let outcome = Outcome::response(
                     status,
                     headers.iter().map(|(k, v)| (k, v)),
-                    Some(runtime_tokio::unix_now()),
+                    Some(polite_runtime_tokio::unix_now()),
                 );
                 if status == 429 {
                     driver.retry(lease.id(), outcome, 0).await.unwrap();

@@ -10,8 +10,8 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use frontier_core::{Durability, Frontier, FrontierConfig, Poll, Store};
-use throttle_core::Timestamp;
+use polite_frontier_core::{Durability, Frontier, FrontierConfig, Poll, Store};
+use polite_throttle_core::Timestamp;
 use workspace_tests::{AnyStore, KillStore, open_settings, open_store, request_id};
 
 const ROUNDS: u64 = 50;
@@ -24,10 +24,7 @@ where
 {
     // Without the saved throttle states: a host the child backed off must not hide
     // its requests from this inventory.
-    let config = FrontierConfig {
-        persist_scope_states: false,
-        ..FrontierConfig::default()
-    };
+    let config = FrontierConfig::default().persist_scope_states(false);
     let mut f = Frontier::open(open_settings(), config, store, Timestamp::ZERO)
         .unwrap_or_else(|e| panic!("reopening after a kill failed: {e}"));
     let redelivered = f.stats().redelivered;

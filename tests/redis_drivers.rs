@@ -6,8 +6,8 @@
 
 use std::sync::OnceLock;
 
-use store_redis::testing::RedisServer;
-use throttle_core::{ScopeConfig, Settings};
+use polite_store_redis::testing::RedisServer;
+use polite_throttle_core::{ScopeConfig, Settings};
 
 fn server() -> Option<&'static RedisServer> {
     static SERVER: OnceLock<Option<RedisServer>> = OnceLock::new();
@@ -34,16 +34,16 @@ macro_rules! drive_suite {
         mod $adapter {
             use std::time::Duration;
 
-            use frontier_core::{Frontier, Request};
-            use store_redis::{RedisConfig, RedisFrontier};
-            use throttle_core::Outcome;
+            use polite_frontier_core::{Frontier, Request};
+            use polite_store_redis::{RedisConfig, RedisFrontier};
+            use polite_throttle_core::Outcome;
             use $adapter::{Clock, DriverFor};
 
             /// Three tasks crawl 12 pages (each "fetch" takes 300 ms; one 429 with
             /// Retry-After); returns (ms, url) of every send, in order.
             async fn crawl<B>(driver: DriverFor<B>, clock: Clock) -> Vec<(u64, String)>
             where
-                B: frontier_core::Scheduling + Send + 'static,
+                B: polite_frontier_core::Scheduling + Send + 'static,
                 B::StoreError: Send + std::fmt::Debug + 'static,
             {
                 let mut pages = Vec::new();
@@ -117,5 +117,5 @@ macro_rules! drive_suite {
 
 mod virtual_time;
 
-drive_suite!(runtime_tokio, crate::virtual_time::tokio);
-drive_suite!(runtime_async_std, crate::virtual_time::async_std);
+drive_suite!(polite_runtime_tokio, crate::virtual_time::tokio);
+drive_suite!(polite_runtime_async_std, crate::virtual_time::async_std);

@@ -19,10 +19,10 @@ use std::time::{Duration, Instant};
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use frontier_core::Request;
-use store_redis::testing::RedisServer;
-use store_redis::{RedisConfig, RedisFrontier, TimeSource};
-use throttle_core::Timestamp;
+use polite_frontier_core::Request;
+use polite_store_redis::testing::RedisServer;
+use polite_store_redis::{RedisConfig, RedisFrontier, TimeSource};
+use polite_throttle_core::Timestamp;
 use workspace_tests::{
     FLEET_CONCURRENCY, FLEET_DELAY, FLEET_SITES, fleet_links, fleet_settings, host_name,
 };
@@ -129,10 +129,7 @@ fn four_workers_share_one_budget_and_survive_a_sigkill() {
     });
     let port = addr.port();
 
-    let config = RedisConfig {
-        time: TimeSource::Server,
-        ..RedisConfig::default()
-    };
+    let config = RedisConfig::default().time(TimeSource::Server);
     let mut seeder =
         RedisFrontier::open(&redis.url(), "fleet", fleet_settings(port), config).unwrap();
     let seeds: Vec<Request> = FLEET_SITES

@@ -1,7 +1,7 @@
 //! One behavioural suite, run against every runtime adapter (parity): delays, backoff
 //! after a 429 with Retry-After, recovery, rampup, quotas, per-request delays, early
 //! wake-ups on completion, end of stream, FIFO fairness of the standalone throttle, and
-//! a crawl over store-sqlite resumed after shutdown, all on virtual time with exact
+//! a crawl over polite-store-sqlite resumed after shutdown, all on virtual time with exact
 //! timestamps.
 //!
 //! Each adapter's suite gets a `run(|clock| async { .. })` from `virtual_time.rs`, which
@@ -14,8 +14,8 @@ macro_rules! parity_suite {
             use std::rc::Rc;
             use std::time::Duration;
 
-            use frontier_core::{Frontier, Request};
-            use throttle_core::{
+            use polite_frontier_core::{Frontier, Request};
+            use polite_throttle_core::{
                 Outcome, RampupConfig, ScopeConfig, ScopeUse, Settings, Timestamp,
             };
             use $adapter::{Driver, Throttle};
@@ -28,13 +28,13 @@ macro_rules! parity_suite {
                 Settings::default().without_jitter()
             }
 
-            /// Over a blocking store (store-sqlite): calls run off the executor, virtual
+            /// Over a blocking store (polite-store-sqlite): calls run off the executor, virtual
             /// time still works, and a shut-down driver hands the store back to resume from.
             #[test]
             fn a_sqlite_backed_crawl_resumes_after_shutdown() {
                 $run(|clock| async move {
-                    use frontier_core::FrontierConfig;
-                    use store_sqlite::{SqliteOptions, SqliteStore};
+                    use polite_frontier_core::FrontierConfig;
+                    use polite_store_sqlite::{SqliteOptions, SqliteStore};
                     use $adapter::DriverError;
 
                     let dir = tempfile::tempdir().unwrap();
@@ -364,5 +364,5 @@ macro_rules! parity_suite {
 
 mod virtual_time;
 
-parity_suite!(runtime_tokio, crate::virtual_time::tokio);
-parity_suite!(runtime_async_std, crate::virtual_time::async_std);
+parity_suite!(polite_runtime_tokio, crate::virtual_time::tokio);
+parity_suite!(polite_runtime_async_std, crate::virtual_time::async_std);

@@ -2,15 +2,15 @@
 
 use std::path::Path;
 
-use frontier_core::Durability;
-use throttle_core::Settings;
+use polite_frontier_core::Durability;
+use polite_throttle_core::Settings;
 
 /// Which store a kill -9 round uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KillStore {
-    /// `store-sqlite`.
+    /// `polite-store-sqlite`.
     Sqlite,
-    /// `store-fs`.
+    /// `polite-store-fs`.
     Fs,
 }
 
@@ -38,10 +38,10 @@ impl KillStore {
 /// An opened store of any kind.
 #[allow(clippy::large_enum_variant)] // one per test process
 pub enum AnyStore {
-    /// `store-sqlite`.
-    Sqlite(store_sqlite::SqliteStore),
-    /// `store-fs`.
-    Fs(store_fs::FsStore),
+    /// `polite-store-sqlite`.
+    Sqlite(polite_store_sqlite::SqliteStore),
+    /// `polite-store-fs`.
+    Fs(polite_store_fs::FsStore),
 }
 
 /// Opens the store of `kind` at `path` (a file or a directory, as the store wants).
@@ -51,18 +51,15 @@ pub fn open_store(
     durability: Durability,
 ) -> Result<AnyStore, String> {
     match kind {
-        KillStore::Sqlite => store_sqlite::SqliteStore::open(
+        KillStore::Sqlite => polite_store_sqlite::SqliteStore::open(
             path.join("crawl.sqlite3"),
-            store_sqlite::SqliteOptions {
-                durability,
-                ..Default::default()
-            },
+            polite_store_sqlite::SqliteOptions::default().durability(durability),
         )
         .map(AnyStore::Sqlite)
         .map_err(|e| e.to_string()),
-        KillStore::Fs => store_fs::FsStore::open(
+        KillStore::Fs => polite_store_fs::FsStore::open(
             path.join("crawl.fs"),
-            store_fs::FsConfig::with_durability(durability),
+            polite_store_fs::FsConfig::with_durability(durability),
         )
         .map(AnyStore::Fs)
         .map_err(|e| e.to_string()),
@@ -114,7 +111,7 @@ pub fn fleet_settings(port: u16) -> Settings {
     for (host, _) in FLEET_SITES {
         s = s.with_scope(
             format!("{host}:{port}"),
-            throttle_core::ScopeConfig::new()
+            polite_throttle_core::ScopeConfig::new()
                 .delay(FLEET_DELAY)
                 .concurrency(FLEET_CONCURRENCY),
         );

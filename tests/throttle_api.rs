@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 use std::time::Duration;
 
-use throttle_core::{
+use polite_throttle_core::{
     NotReady, Outcome, RampupConfig, ScopeConfig, ScopeUse, Settings, Throttler, Timestamp,
 };
 
@@ -82,10 +82,7 @@ fn rampup_finds_the_rate_a_server_tolerates() {
         ScopeConfig::new()
             .delay(8.0)
             .max_concurrency(4)
-            .rampup(RampupConfig {
-                min_delay: Some(0.05),
-                ..Default::default()
-            }),
+            .rampup(RampupConfig::default().min_delay(0.05)),
     );
     let (crawl, mut t) = crawl_rate_limited_host(settings, 2);
     let stats = t

@@ -6,7 +6,7 @@ use std::future::Future;
 /// Runs `f` on a current-thread tokio runtime with paused time.
 pub(crate) fn tokio<F, Fut, T>(f: F) -> T
 where
-    F: FnOnce(runtime_tokio::Clock) -> Fut,
+    F: FnOnce(polite_runtime_tokio::Clock) -> Fut,
     Fut: Future<Output = T>,
 {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -15,7 +15,7 @@ where
         .build()
         .unwrap();
     rt.block_on(async {
-        let clock = runtime_tokio::Clock::starting_at(throttle_core::Timestamp::ZERO);
+        let clock = polite_runtime_tokio::Clock::starting_at(polite_throttle_core::Timestamp::ZERO);
         f(clock).await
     })
 }
@@ -24,9 +24,10 @@ where
 /// idle.
 pub(crate) fn async_std<F, Fut, T>(f: F) -> T
 where
-    F: FnOnce(runtime_async_std::Clock) -> Fut,
+    F: FnOnce(polite_runtime_async_std::Clock) -> Fut,
     Fut: Future<Output = T>,
 {
-    let (clock, time) = runtime_async_std::Clock::manual(throttle_core::Timestamp::ZERO);
+    let (clock, time) =
+        polite_runtime_async_std::Clock::manual(polite_throttle_core::Timestamp::ZERO);
     time.block_on(f(clock))
 }

@@ -14,8 +14,8 @@
 
 use std::io::Write;
 
-use frontier_core::{Durability, Frontier, FrontierConfig, Poll, Request, Store};
-use throttle_core::{Outcome, Timestamp};
+use polite_frontier_core::{Durability, Frontier, FrontierConfig, Poll, Request, Store};
+use polite_throttle_core::{Outcome, Timestamp};
 use workspace_tests::{KillStore, open_settings, open_store, request_url};
 
 /// Tells the parent a request is about to be completed (it may vanish from the store

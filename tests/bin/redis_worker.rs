@@ -11,10 +11,10 @@ use std::io::Write;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use frontier_core::Request;
-use runtime_tokio::{Clock, DriverFor};
-use store_redis::{RedisConfig, RedisFrontier, TimeSource};
-use throttle_core::Outcome;
+use polite_frontier_core::Request;
+use polite_runtime_tokio::{Clock, DriverFor};
+use polite_store_redis::{RedisConfig, RedisFrontier, TimeSource};
+use polite_throttle_core::Outcome;
 use workspace_tests::{FLEET_SITES, fleet_settings, links};
 
 fn say(tag: &str, url: &str) {
@@ -30,12 +30,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let port: u16 = port.parse()?;
     let tasks: usize = tasks.parse()?;
-    let config = RedisConfig {
-        time: TimeSource::Server,
-        lease_timeout: Duration::from_secs(3),
-        recheck: Duration::from_millis(50),
-        ..RedisConfig::default()
-    };
+    let config = RedisConfig::default()
+        .time(TimeSource::Server)
+        .lease_timeout(Duration::from_secs(3))
+        .recheck(Duration::from_millis(50));
     let frontier = RedisFrontier::open(redis_url, crawl, fleet_settings(port), config)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use throttle_core::{RampupConfig, ScopeConfig};
+use polite_throttle_core::{RampupConfig, ScopeConfig};
 
 use crate::config::Config;
 use crate::crawl::{CrawlOptions, CrawlSummary, StopReason, Stopper, crawl};
@@ -125,10 +125,7 @@ pub fn demo_config() -> Config {
         ScopeConfig::new()
             .delay(0.1)
             .max_concurrency(4)
-            .rampup(RampupConfig {
-                min_delay: Some(0.01),
-                ..RampupConfig::default()
-            }),
+            .rampup(RampupConfig::default().min_delay(0.01)),
     );
     config.crawl.download_timeout = 10.0;
     config
@@ -285,7 +282,7 @@ pub fn run_demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
 
 fn remove_store(path: &Path) -> anyhow::Result<()> {
     let result = if path.is_dir() {
-        // Only ever a store-fs directory: never a directory with other files in it.
+        // Only ever a polite-store-fs directory: never a directory with other files in it.
         for entry in std::fs::read_dir(path)? {
             let name = entry?.file_name();
             let name = name.to_string_lossy();

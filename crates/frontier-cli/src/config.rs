@@ -27,8 +27,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use polite_throttle_core::Settings;
 use serde::{Deserialize, Serialize};
-use throttle_core::Settings;
 
 /// Prefix of the environment variables that override settings.
 pub const ENV_PREFIX: &str = "FRONTIER_";
@@ -374,7 +374,7 @@ mod tests {
         assert_eq!(config.settings.scopes["a.test"].concurrency, Some(2));
         assert_eq!(
             config.settings.scheduler_order,
-            throttle_core::QueueOrder::Fifo
+            polite_throttle_core::QueueOrder::Fifo
         );
         assert_eq!(config.crawl.retry_times, 5);
         assert_eq!(config.crawl.user_agent, "bot/1");

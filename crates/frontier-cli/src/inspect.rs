@@ -10,18 +10,18 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use frontier_core::{EntryMeta, Fingerprint, RecoveryVisitor, Store, parse_group_key};
+use polite_frontier_core::{EntryMeta, Fingerprint, RecoveryVisitor, Store, parse_group_key};
+use polite_store_fs::{FsConfig, FsStore};
+use polite_store_sqlite::{SqliteOptions, SqliteStore};
+use polite_throttle_core::ScopeSnapshot;
 use serde::Serialize;
-use store_fs::{FsConfig, FsStore};
-use store_sqlite::{SqliteOptions, SqliteStore};
-use throttle_core::ScopeSnapshot;
 
 use crate::stores::StoreKind;
 
 /// Arguments of `frontier inspect`.
 #[derive(Debug, clap::Args)]
 pub struct InspectArgs {
-    /// The store: a SQLite file or a store-fs directory.
+    /// The store: a SQLite file or a polite-store-fs directory.
     pub path: PathBuf,
     /// Print JSON instead of tables.
     #[arg(long)]

@@ -2,7 +2,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use frontier_cli::{commands, inspect, simulate};
+use polite_frontier_cli::{commands, inspect, simulate};
 
 /// Schedule web-crawl requests politely and fast.
 #[derive(Parser)]

@@ -8,9 +8,9 @@ use std::path::Path;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum StoreKind {
-    /// One SQLite file (store-sqlite): the default.
+    /// One SQLite file (polite-store-sqlite): the default.
     Sqlite,
-    /// A directory of log segments (store-fs).
+    /// A directory of log segments (polite-store-fs).
     Fs,
 }
 
@@ -43,7 +43,7 @@ impl StoreKind {
                     Ok(StoreKind::Sqlite)
                 } else {
                     anyhow::bail!(
-                        "{}: not a frontier store (neither a SQLite database nor a store-fs directory)",
+                        "{}: not a frontier store (neither a SQLite database nor a polite-store-fs directory)",
                         path.display()
                     )
                 }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use frontier_cli::sites::demo_sites;
+use polite_frontier_cli::sites::demo_sites;
 use serde_json::Value;
 
 const PAGES: u32 = 500;
@@ -170,13 +170,16 @@ fn demo_interrupted_resumes_and_inspect_reports_the_store() {
         .sum();
     assert_eq!(by_priority, left);
     {
-        let store =
-            store_sqlite::SqliteStore::open(&path, store_sqlite::SqliteOptions::default()).unwrap();
-        let frontier = frontier_core::Frontier::open(
-            throttle_core::Settings::default(),
-            frontier_core::FrontierConfig::default(),
+        let store = polite_store_sqlite::SqliteStore::open(
+            &path,
+            polite_store_sqlite::SqliteOptions::default(),
+        )
+        .unwrap();
+        let frontier = polite_frontier_core::Frontier::open(
+            polite_throttle_core::Settings::default(),
+            polite_frontier_core::FrontierConfig::default(),
             store,
-            throttle_core::Timestamp::ZERO,
+            polite_throttle_core::Timestamp::ZERO,
         )
         .unwrap();
         assert_eq!(frontier.len() as u64, left);

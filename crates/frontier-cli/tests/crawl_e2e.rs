@@ -7,12 +7,12 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use frontier_cli::config::Config;
-use frontier_cli::crawl::{CrawlOptions, StopReason, Stopper, crawl};
-use frontier_cli::progress::ProgressMode;
-use frontier_cli::sites::{DemoWeb, RateLimit, Site};
-use frontier_cli::stores::StoreKind;
-use throttle_core::{RampupConfig, ScopeConfig};
+use polite_frontier_cli::config::Config;
+use polite_frontier_cli::crawl::{CrawlOptions, StopReason, Stopper, crawl};
+use polite_frontier_cli::progress::ProgressMode;
+use polite_frontier_cli::sites::{DemoWeb, RateLimit, Site};
+use polite_frontier_cli::stores::StoreKind;
+use polite_throttle_core::{RampupConfig, ScopeConfig};
 
 const API_LIMIT: u32 = 40;
 
@@ -46,7 +46,7 @@ fn config() -> Config {
     let mut config = Config::default();
     let s = &mut config.settings;
     s.concurrent_requests = 16;
-    s.randomize_download_delay = throttle_core::Jitter::NONE;
+    s.randomize_download_delay = polite_throttle_core::Jitter::NONE;
     // Rampup windows of 5 s so the test settles in seconds, not minutes.
     s.backoff_window = 5.0;
     s.backoff_min_delay = 0.03;
@@ -60,11 +60,7 @@ fn config() -> Config {
         ScopeConfig::new()
             .delay(0.04)
             .max_concurrency(4)
-            .rampup(RampupConfig {
-                delay_factor: Some(0.7),
-                min_delay: Some(0.005),
-                ..RampupConfig::default()
-            }),
+            .rampup(RampupConfig::default().delay_factor(0.7).min_delay(0.005)),
     );
     config.crawl.download_timeout = 10.0;
     config

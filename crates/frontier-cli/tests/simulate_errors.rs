@@ -69,7 +69,7 @@ fn unknown_keys_are_named_with_their_line() {
 
 #[test]
 fn negative_and_invalid_values_are_named() {
-    // A setting: validated by throttle-core, named by key.
+    // A setting: validated by polite-throttle-core, named by key.
     let e = rejected(
         "s.toml",
         "[settings]\ndownload_delay = -1\n[[events]]\nat = 0\n",

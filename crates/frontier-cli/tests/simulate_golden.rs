@@ -5,7 +5,7 @@
 //! After an intended change of behaviour, regenerate the expected files with
 //!
 //! ```text
-//! UPDATE_GOLDEN=1 cargo test -p frontier-cli --test simulate_golden
+//! UPDATE_GOLDEN=1 cargo test -p polite-frontier-cli --test simulate_golden
 //! ```
 //!
 //! and review the diff like code.
@@ -80,7 +80,7 @@ fn check(example: &str, args: &[&str]) {
     }
     let expected = std::fs::read(&path).unwrap_or_else(|e| {
         panic!(
-            "{}: {e} (create it with UPDATE_GOLDEN=1 cargo test -p frontier-cli --test simulate_golden)",
+            "{}: {e} (create it with UPDATE_GOLDEN=1 cargo test -p polite-frontier-cli --test simulate_golden)",
             path.display()
         )
     });
@@ -99,7 +99,7 @@ fn check(example: &str, args: &[&str]) {
             .unwrap_or_else(|| got.lines().count().min(want.lines().count()));
         panic!(
             "{example}: output differs from {} at line {}:\n  got:  {}\n  want: {}\n\
-             (after an intended change: UPDATE_GOLDEN=1 cargo test -p frontier-cli --test simulate_golden)",
+             (after an intended change: UPDATE_GOLDEN=1 cargo test -p polite-frontier-cli --test simulate_golden)",
             path.display(),
             line + 1,
             got.lines().nth(line).unwrap_or("<end of output>"),

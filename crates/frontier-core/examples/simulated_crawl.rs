@@ -3,7 +3,7 @@
 //! one API behind a cost budget. Pages link to each other, so the frontier sees
 //! duplicates, depth and priorities like a real crawl.
 //!
-//!     cargo run --release -p frontier-core --example simulated_crawl [-- --trace]
+//!     cargo run --release -p polite-frontier-core --example simulated_crawl [-- --trace]
 //!
 //! The loop is the one a runtime adapter runs: poll; send what is ready; when nothing
 //! is, jump to the next instant something can happen (a response or the frontier's
@@ -14,8 +14,10 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::time::{Duration, Instant};
 
-use frontier_core::{Frontier, LeaseId, Poll, Request};
-use throttle_core::{BackoffConfig, Outcome, RampupConfig, ScopeConfig, Settings, Timestamp};
+use polite_frontier_core::{Frontier, LeaseId, Poll, Request};
+use polite_throttle_core::{
+    BackoffConfig, Outcome, RampupConfig, ScopeConfig, Settings, Timestamp,
+};
 
 /// A simulated site: pages `0..pages`, each linking to a few others.
 struct Site {
@@ -90,34 +92,29 @@ struct Flight {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let trace = std::env::args().any(|a| a == "--trace");
-    let mut settings = Settings {
-        seed: 1,
-        depth_limit: 6,
-        ..Settings::default()
-    }
-    .with_scope(
-        "books.example",
-        ScopeConfig::new().concurrency(4).delay(0.25),
-    )
-    .with_scope(
-        "news.example",
-        ScopeConfig::new()
-            .delay(2.0)
-            .max_concurrency(4)
-            .rampup(RampupConfig::default()),
-    )
-    .with_scope("api.example", ScopeConfig::new().concurrency(2).delay(0.1))
-    .with_scope(
-        "cost",
-        ScopeConfig::new()
-            .concurrency(0)
-            .quota(60.0)
-            .window(60.0)
-            .backoff(BackoffConfig {
-                http_codes: Some(vec![]),
-                ..BackoffConfig::default()
-            }),
-    );
+    let mut settings = Settings::default()
+        .seed(1)
+        .depth_limit(6)
+        .with_scope(
+            "books.example",
+            ScopeConfig::new().concurrency(4).delay(0.25),
+        )
+        .with_scope(
+            "news.example",
+            ScopeConfig::new()
+                .delay(2.0)
+                .max_concurrency(4)
+                .rampup(RampupConfig::default()),
+        )
+        .with_scope("api.example", ScopeConfig::new().concurrency(2).delay(0.1))
+        .with_scope(
+            "cost",
+            ScopeConfig::new()
+                .concurrency(0)
+                .quota(60.0)
+                .window(60.0)
+                .backoff(BackoffConfig::default().http_codes(vec![])),
+        );
     settings.concurrent_requests = 12;
 
     let mut sites = vec![

@@ -11,7 +11,7 @@
 //! with a flag, and decoding takes the group's host back.
 //!
 //! ```
-//! use frontier_core::{Codec, Request};
+//! use polite_frontier_core::{Codec, Request};
 //!
 //! let mut codec = Codec::new();
 //! let req = Request::get("https://example.com/a/page").callback("parse_item").priority(3);

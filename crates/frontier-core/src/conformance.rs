@@ -6,8 +6,8 @@
 //! test module:
 //!
 //! ```
-//! use frontier_core::conformance::Harness;
-//! use frontier_core::MemoryStore;
+//! use polite_frontier_core::conformance::Harness;
+//! use polite_frontier_core::MemoryStore;
 //!
 //! struct Memory;
 //! impl Harness for Memory {
@@ -19,8 +19,8 @@
 //!         store
 //!     }
 //! }
-//! // In a test file: frontier_core::store_conformance_tests!(Memory);
-//! frontier_core::conformance::run_all(&mut Memory);
+//! // In a test file: polite_frontier_core::store_conformance_tests!(Memory);
+//! polite_frontier_core::conformance::run_all(&mut Memory);
 //! ```
 //!
 //! Every check panics with a message naming what broke.
@@ -30,7 +30,7 @@ use alloc::string::{String, ToString};
 use alloc::vec;
 use alloc::vec::Vec;
 
-use throttle_core::{Outcome, ScopeConfig, Settings, Timestamp};
+use polite_throttle_core::{Outcome, ScopeConfig, Settings, Timestamp};
 
 use crate::{
     Fingerprint, Frontier, FrontierConfig, FrontierError, Poll, PushOutcome, Request, Store,

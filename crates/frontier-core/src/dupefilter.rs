@@ -19,6 +19,7 @@ use crate::fingerprint::Fingerprint;
 
 /// How seen fingerprints are remembered.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[non_exhaustive]
 pub enum DupeFilterConfig {
     /// Exact set of 64-bit fingerprint prefixes (≤ 16 bytes per URL).
     #[default]
@@ -235,7 +236,7 @@ impl BloomFilter {
 
     /// The size in bits and the number of hashes [`new`](Self::new) gives a filter for
     /// `capacity` items at a false-positive rate `p`, without allocating it (for a filter
-    /// kept elsewhere that must match this one bit for bit, as store-redis's).
+    /// kept elsewhere that must match this one bit for bit, as polite-store-redis's).
     pub fn shape(capacity: u64, p: f64) -> Result<(u64, u32), DupeFilterConfigError> {
         if capacity == 0 {
             return Err(DupeFilterConfigError("bloom capacity must be at least 1"));

@@ -140,6 +140,7 @@ impl core::str::FromStr for Fingerprint {
 
 /// Why a string is not a hex fingerprint.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum FingerprintError {
     /// The string does not have exactly 40 characters.
     Length {
@@ -254,6 +255,7 @@ pub fn parse_seen_file(text: &str) -> Result<Vec<Fingerprint>, SeenFileError> {
 /// Why a URL cannot be canonicalized (w3lib raises `ValueError` for these),
 /// or, for [`fingerprint`], why Scrapy would refuse to build the request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum UrlError {
     /// Unbalanced brackets in the authority, or a bracketed host that is not a
     /// valid IPv6 address / IPvFuture literal (or has a non-ASCII zone id).

@@ -5,7 +5,7 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 
-use throttle_core::{
+use polite_throttle_core::{
     ConfigError, CrawlDelayDecision, HeldBackMonitor, Outcome, QuotaReconcile, ScopeSnapshot,
     Settings, Throttler, Timestamp, secs_to_duration,
 };
@@ -31,6 +31,7 @@ const PUSH_RING: usize = 16;
 /// Options of the frontier itself (the throttling and ordering settings are in
 /// [`Settings`]).
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct FrontierConfig {
     /// How ready groups are chosen.
     pub policy: Policy,
@@ -48,6 +49,27 @@ impl Default for FrontierConfig {
             dupefilter: DupeFilterConfig::Exact,
             persist_scope_states: true,
         }
+    }
+}
+
+impl FrontierConfig {
+    /// Sets the scheduling policy.
+    #[must_use]
+    pub fn policy(mut self, value: Policy) -> Self {
+        self.policy = value;
+        self
+    }
+    /// Sets the duplicate filter.
+    #[must_use]
+    pub fn dupefilter(mut self, value: DupeFilterConfig) -> Self {
+        self.dupefilter = value;
+        self
+    }
+    /// Sets whether scope states are saved in the store.
+    #[must_use]
+    pub fn persist_scope_states(mut self, value: bool) -> Self {
+        self.persist_scope_states = value;
+        self
     }
 }
 
@@ -94,6 +116,7 @@ pub enum Poll {
 
 /// What [`Frontier::push`] did with a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PushOutcome {
     /// Queued (and durable per the store's policy) under this lease id.
     Queued(LeaseId),
@@ -873,6 +896,7 @@ impl<S: Store> Frontier<S> {
     }
 
     /// Hands the store back without flushing, as a crash would leave it (tests).
+    #[cfg(feature = "testing")]
     pub fn abandon(self) -> S {
         self.store
     }

@@ -154,7 +154,7 @@ impl core::error::Error for InvalidGroupKey {}
 /// scheme's default.
 ///
 /// ```
-/// use frontier_core::host_scope;
+/// use polite_frontier_core::host_scope;
 ///
 /// assert_eq!(host_scope("https://Books.Example.com/a?b").unwrap(), "books.example.com");
 /// assert_eq!(host_scope("http://example.com:8080/").unwrap(), "example.com:8080");

@@ -1,7 +1,7 @@
 //! The requests handed out and not yet completed or retried, by lease id.
 
 use alloc::vec::Vec;
-use throttle_core::Permit;
+use polite_throttle_core::Permit;
 
 /// What the frontier remembers of a leased request until it is completed or retried.
 pub(crate) struct LeaseRecord<H> {
@@ -167,8 +167,9 @@ mod tests {
     fn record(tag: i32) -> LeaseRecord<i32> {
         static PERMIT: std::sync::OnceLock<Permit> = std::sync::OnceLock::new();
         let permit = *PERMIT.get_or_init(|| {
-            let now = throttle_core::Timestamp::ZERO;
-            let mut throttler = throttle_core::Throttler::new(Default::default(), now).unwrap();
+            let now = polite_throttle_core::Timestamp::ZERO;
+            let mut throttler =
+                polite_throttle_core::Throttler::new(Default::default(), now).unwrap();
             throttler
                 .try_acquire(&["a.example.com".into()], now)
                 .unwrap()

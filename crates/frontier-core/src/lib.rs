@@ -1,12 +1,12 @@
-//! # frontier-core
+//! # polite-frontier-core
 //!
 //! The crawl frontier as pure logic: push discovered requests, poll the next one that may
 //! go out *now*, acknowledge it when done. It never hands out a request whose scopes
 //! would make it wait, and one slow scope never holds up the others.
 //!
 //! ```
-//! use frontier_core::{Frontier, Poll, PushOutcome, Request};
-//! use throttle_core::{Outcome, ScopeConfig, Settings, Timestamp};
+//! use polite_frontier_core::{Frontier, Poll, PushOutcome, Request};
+//! use polite_throttle_core::{Outcome, ScopeConfig, Settings, Timestamp};
 //!
 //! let settings = Settings::default()
 //!     .without_jitter()
@@ -47,12 +47,12 @@
 //! - Leases with at-least-once delivery: [`Frontier::complete`], [`Frontier::retry`], and
 //!   redelivery of unacknowledged leases when a store is reopened.
 //! - The [`Scheduling`] trait the runtime drivers drive: implemented by [`Frontier`] and by
-//!   frontiers shared between processes (`store-redis`).
+//!   frontiers shared between processes (`polite-store-redis`).
 //! - The synchronous [`Store`] trait, [`VolatileStore`] (persists nothing, leanest),
 //!   [`MemoryStore`] (the reference), and the store conformance suite (feature
-//!   `test-suite`).
+//!   `testing`).
 #![no_std]
-#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 extern crate alloc;
 #[cfg(any(feature = "std", test))]
@@ -61,7 +61,7 @@ extern crate std;
 mod blocks;
 mod buckets;
 mod codec;
-#[cfg(feature = "test-suite")]
+#[cfg(feature = "testing")]
 pub mod conformance;
 mod dupefilter;
 mod fingerprint;

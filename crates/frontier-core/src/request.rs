@@ -66,6 +66,7 @@ pub struct ScopeAmount {
 
 /// Rarely used parts of a request, stored out of line.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Extras {
     /// Request headers (name, value).
     pub headers: Vec<(String, Vec<u8>)>,
@@ -85,7 +86,7 @@ impl Extras {
 /// A request as the crawler sees it.
 ///
 /// ```
-/// use frontier_core::Request;
+/// use polite_frontier_core::Request;
 ///
 /// let start = Request::get("https://example.com/").callback("parse").start();
 /// let child = Request::get("https://example.com/a").callback("parse_item").child_of(&start);

@@ -25,7 +25,7 @@ use alloc::vec::Vec;
 use core::cmp::Reverse;
 
 use hashbrown::HashMap;
-use throttle_core::{
+use polite_throttle_core::{
     NotReady, Permit, QueueOrder, RequestFlags, ScopeHint, ScopeUse, StartOrder, Throttler,
     Timestamp,
 };
@@ -36,6 +36,7 @@ use crate::leases::{LeaseRecord, Leases};
 
 /// How the frontier chooses among groups that may send now.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Policy {
     /// Highest priority first; at equal priority other requests before start requests,
     /// then the lower load of the group's busiest scope, then the larger quota amount,
@@ -177,10 +178,7 @@ fn acquire<H>(
     g: &mut Group<H>,
     now: Timestamp,
 ) -> Result<Permit, NotReady> {
-    let flags = RequestFlags {
-        dont_throttle: g.unthrottled(),
-        dont_track: false,
-    };
+    let flags = RequestFlags::default().dont_throttle(g.unthrottled());
     if let Scopes::One(s) = &mut g.scopes {
         let name = g
             .key
@@ -605,7 +603,7 @@ impl<H> Scheduler<H> {
     /// Starts loading group `group`'s record (the first step of a push's prefetch).
     pub(crate) fn prefetch_group(&self, group: u32) {
         if let Some(g) = self.groups.get(group as usize) {
-            throttle_core::prefetch(g);
+            polite_throttle_core::prefetch(g);
         }
     }
 
@@ -947,7 +945,7 @@ impl<H> Scheduler<H> {
             .upcoming(RECORD_AHEAD)
             .and_then(|g| groups.get(g as usize))
         {
-            throttle_core::prefetch(g);
+            polite_throttle_core::prefetch(g);
         }
         let Some(g) = tiers.upcoming(POINTEES_AHEAD) else {
             if let Some(g) = groups.get(serving as usize) {
@@ -963,7 +961,7 @@ impl<H> Scheduler<H> {
             match &g.scopes {
                 Scopes::One(s) => throttler.prefetch_hint(&s.hint),
                 Scopes::Many(scopes) => {
-                    throttle_core::prefetch(scopes);
+                    polite_throttle_core::prefetch(scopes);
                     for s in scopes.iter() {
                         throttler.prefetch_hint(&s.hint);
                     }
@@ -973,8 +971,8 @@ impl<H> Scheduler<H> {
             // first and last bytes, as a key often straddles two lines.
             let key = g.key.as_bytes();
             if let (Some(first), Some(last)) = (key.first(), key.last()) {
-                throttle_core::prefetch(first);
-                throttle_core::prefetch(last);
+                polite_throttle_core::prefetch(first);
+                polite_throttle_core::prefetch(last);
             }
             g.buckets
                 .prefetch(&self.blocks, self.head_lifo(g.buckets.first_key()));

@@ -1,6 +1,6 @@
 //! The interface the runtime drivers drive: a frontier in this process
 //! ([`Frontier`] over any [`Store`]) or one shared by many
-//! processes (`store-redis`).
+//! processes (`polite-store-redis`).
 //!
 //! It is the frontier's own run loop, nothing more: push requests, poll the next one that
 //! may go out at `now`, complete or retry it, and ask when to poll again. Every call takes
@@ -9,8 +9,8 @@
 //! sleep on them.
 //!
 //! ```
-//! use frontier_core::{Frontier, Poll, Request, Scheduling};
-//! use throttle_core::{Outcome, Settings, Timestamp};
+//! use polite_frontier_core::{Frontier, Poll, Request, Scheduling};
+//! use polite_throttle_core::{Outcome, Settings, Timestamp};
 //!
 //! /// Sends everything that is ready at `now`; works with any frontier.
 //! fn drain<F: Scheduling>(f: &mut F, now: Timestamp) -> Vec<String> {
@@ -30,7 +30,7 @@
 
 use alloc::vec::Vec;
 
-use throttle_core::{CrawlDelayDecision, Outcome, QuotaReconcile, Timestamp};
+use polite_throttle_core::{CrawlDelayDecision, Outcome, QuotaReconcile, Timestamp};
 
 use crate::frontier::{Frontier, FrontierError, LeaseId, Poll, PushOutcome};
 use crate::request::Request;
@@ -40,7 +40,7 @@ use crate::store::Store;
 /// `poll_timeout`.
 ///
 /// Implemented by [`Frontier`] (one process) and by the Redis-backed frontier of
-/// `store-redis` (many processes sharing one queue and one politeness budget). Errors are
+/// `polite-store-redis` (many processes sharing one queue and one politeness budget). Errors are
 /// [`FrontierError`]s whose `Store` variant carries the implementation's own
 /// [`StoreError`](Scheduling::StoreError).
 pub trait Scheduling {
@@ -99,7 +99,7 @@ pub trait Scheduling {
     fn in_flight(&self) -> usize;
 
     /// Holds back every request of `scope` for `secs` seconds (see
-    /// [`Throttler::delay_scope`](throttle_core::Throttler::delay_scope)).
+    /// [`Throttler::delay_scope`](polite_throttle_core::Throttler::delay_scope)).
     fn delay_scope(
         &mut self,
         scope: &str,
@@ -108,7 +108,7 @@ pub trait Scheduling {
     ) -> Result<(), FrontierError<Self::StoreError>>;
 
     /// Applies a robots.txt Crawl-delay (see
-    /// [`Throttler::handle_crawl_delay`](throttle_core::Throttler::handle_crawl_delay)).
+    /// [`Throttler::handle_crawl_delay`](polite_throttle_core::Throttler::handle_crawl_delay)).
     fn handle_crawl_delay(
         &mut self,
         scope: &str,
@@ -117,7 +117,7 @@ pub trait Scheduling {
     ) -> Result<CrawlDelayDecision, FrontierError<Self::StoreError>>;
 
     /// Corrects a scope's quota consumption (see
-    /// [`Throttler::reconcile_quota`](throttle_core::Throttler::reconcile_quota)).
+    /// [`Throttler::reconcile_quota`](polite_throttle_core::Throttler::reconcile_quota)).
     fn reconcile_quota(
         &mut self,
         scope: &str,
@@ -235,7 +235,7 @@ mod tests {
     use super::*;
     use crate::{MemoryStore, VolatileStore};
     use alloc::string::{String, ToString};
-    use throttle_core::{ScopeConfig, Settings};
+    use polite_throttle_core::{ScopeConfig, Settings};
 
     /// A generic run loop, written only against the trait.
     fn run<F: Scheduling>(f: &mut F, mut now: Timestamp) -> Vec<(u64, String)> {

@@ -41,8 +41,8 @@ impl FrontierStats {
     /// Every counter under its Scrapy-style name.
     ///
     /// ```
-    /// use frontier_core::{Frontier, Request};
-    /// use throttle_core::{Settings, Timestamp};
+    /// use polite_frontier_core::{Frontier, Request};
+    /// use polite_throttle_core::{Settings, Timestamp};
     ///
     /// let mut f = Frontier::in_memory(Settings::default(), Timestamp::ZERO).unwrap();
     /// f.push(&Request::get("https://example.com/"), Timestamp::ZERO).unwrap();

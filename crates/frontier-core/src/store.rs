@@ -15,12 +15,15 @@ use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use core::fmt;
 
-use throttle_core::{ScopeSnapshot, Timestamp};
+use polite_throttle_core::{ScopeSnapshot, Timestamp};
 
 use crate::fingerprint::Fingerprint;
 use crate::spill::{Cell, Spill};
 
 /// When a persistent store makes its changes durable (survive `kill -9` and power loss).
+///
+/// Exhaustive on purpose: every store implements each mode, so a new mode is a breaking
+/// change for store implementations anyway.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Durability {
     /// Every operation is durable when it returns (an fsync or commit per operation).
@@ -203,8 +206,8 @@ impl core::error::Error for MemoryStoreError {}
 /// cell of the store's own (see [`Payload`]).
 ///
 /// ```
-/// use frontier_core::{Frontier, FrontierConfig, Poll, Request, VolatileStore};
-/// use throttle_core::{Settings, Timestamp};
+/// use polite_frontier_core::{Frontier, FrontierConfig, Poll, Request, VolatileStore};
+/// use polite_throttle_core::{Settings, Timestamp};
 ///
 /// let now = Timestamp::ZERO;
 /// let mut frontier =
@@ -328,7 +331,7 @@ impl Store for VolatileStore {
     fn prefetch(&self, _: u64, handle: &Payload) {
         if !handle.is_inline() {
             for line in self.bytes(handle).unwrap_or(&[]).iter().step_by(64).take(4) {
-                throttle_core::prefetch(line);
+                polite_throttle_core::prefetch(line);
             }
         }
     }
@@ -447,6 +450,7 @@ impl MemoryStore {
     }
 
     /// Replaces the payload of a stored request (tests use it to simulate corruption).
+    #[cfg(feature = "testing")]
     pub fn overwrite_payload(&mut self, seq: u64, payload: &[u8]) -> Result<(), MemoryStoreError> {
         let e = self
             .entries

@@ -1,7 +1,7 @@
 //! The store conformance suite against the in-memory reference store.
 
-use frontier_core::MemoryStore;
-use frontier_core::conformance::Harness;
+use polite_frontier_core::MemoryStore;
+use polite_frontier_core::conformance::Harness;
 
 struct Memory;
 
@@ -21,4 +21,4 @@ impl Harness for Memory {
     }
 }
 
-frontier_core::store_conformance_tests!(Memory);
+polite_frontier_core::store_conformance_tests!(Memory);

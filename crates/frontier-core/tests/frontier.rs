@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
-use frontier_core::{
+use polite_frontier_core::{
     Frontier, FrontierConfig, LeaseId, MemoryStore, Policy, Poll, PushOutcome, Request,
     VolatileStore,
 };
-use throttle_core::{Outcome, QueueOrder, ScopeConfig, Settings, StartOrder, Timestamp};
+use polite_throttle_core::{Outcome, QueueOrder, ScopeConfig, Settings, StartOrder, Timestamp};
 
 type F = Frontier<VolatileStore>;
 
@@ -568,10 +568,7 @@ fn stats_use_scrapys_names() {
 
 #[test]
 fn slot_aware_policy_prefers_idle_slots_round_robin_by_name() {
-    let config = FrontierConfig {
-        policy: Policy::SlotAware,
-        ..FrontierConfig::default()
-    };
+    let config = FrontierConfig::default().policy(Policy::SlotAware);
     let mut f = Frontier::open(
         open_settings(),
         config,

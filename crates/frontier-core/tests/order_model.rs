@@ -1,9 +1,9 @@
 //! Property tests: without throttling in the way, the frontier's output order equals a
 //! naive reference model (a list sorted by the SPEC 4.1 rules), and `peek` equals `poll`.
 
-use frontier_core::{Frontier, Poll, PushOutcome, Request, VolatileStore};
+use polite_frontier_core::{Frontier, Poll, PushOutcome, Request, VolatileStore};
+use polite_throttle_core::{Outcome, QueueOrder, Settings, StartOrder, Timestamp};
 use proptest::prelude::*;
-use throttle_core::{Outcome, QueueOrder, Settings, StartOrder, Timestamp};
 
 #[derive(Clone, Debug)]
 enum Op {

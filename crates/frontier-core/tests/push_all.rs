@@ -2,9 +2,9 @@
 //! first error (with the requests before it queued and none after it), the same stats and
 //! the same order out, whatever the batch sizes.
 
-use frontier_core::{Frontier, Poll, PushOutcome, Request, VolatileStore};
+use polite_frontier_core::{Frontier, Poll, PushOutcome, Request, VolatileStore};
+use polite_throttle_core::{Outcome, Settings, Timestamp};
 use proptest::prelude::*;
-use throttle_core::{Outcome, Settings, Timestamp};
 
 type F = Frontier<VolatileStore>;
 

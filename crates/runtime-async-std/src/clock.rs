@@ -25,8 +25,8 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use async_io::Timer;
-use runtime_common::{Job, Runtime, panic_message, unix_now};
-use throttle_core::Timestamp;
+use polite_runtime_common::{Job, Runtime, panic_message, unix_now};
+use polite_throttle_core::Timestamp;
 
 /// Maps a monotonic clock, real or manual, onto core [`Timestamp`]s.
 ///
@@ -36,8 +36,8 @@ use throttle_core::Timestamp;
 /// ```
 /// use std::time::Duration;
 ///
-/// use runtime_async_std::Clock;
-/// use throttle_core::Timestamp;
+/// use polite_runtime_async_std::Clock;
+/// use polite_throttle_core::Timestamp;
 ///
 /// let (clock, time) = Clock::manual(Timestamp::ZERO);
 /// time.block_on(async {
@@ -240,8 +240,8 @@ impl Future for Sleep {
 /// ```
 /// use std::time::Duration;
 ///
-/// use runtime_async_std::{Clock, Throttle};
-/// use throttle_core::{Outcome, ScopeConfig, ScopeUse, Settings, Timestamp};
+/// use polite_runtime_async_std::{Clock, Throttle};
+/// use polite_throttle_core::{Outcome, ScopeConfig, ScopeUse, Settings, Timestamp};
 ///
 /// let (clock, time) = Clock::manual(Timestamp::ZERO);
 /// let settings = Settings::default()

@@ -1,6 +1,6 @@
-//! The driver on this runtime: [`runtime_common::DriverFor`] with this crate's [`Clock`].
+//! The driver on this runtime: [`polite_runtime_common::DriverFor`] with this crate's [`Clock`].
 
-use frontier_core::Frontier;
+use polite_frontier_core::Frontier;
 
 use crate::clock::Clock;
 
@@ -8,17 +8,17 @@ use crate::clock::Clock;
 /// exactly until something can be sent, store I/O on the blocking thread pool.
 ///
 /// `Driver<S>` drives the in-process [`Frontier`] over store `S`; it is
-/// [`DriverFor<Frontier<S>>`](DriverFor), the driver of any [`Scheduling`](frontier_core::Scheduling) frontier (a
-/// shared one from `store-redis` too).
+/// [`DriverFor<Frontier<S>>`](DriverFor), the driver of any [`Scheduling`](polite_frontier_core::Scheduling) frontier (a
+/// shared one from `polite-store-redis` too).
 ///
 /// A store call runs to completion even if the future awaiting it is dropped (as with
 /// tokio's `spawn_blocking`), and a push, completion or retry wakes the tasks waiting in
 /// [`next`](Self::next) as soon as it is done, whether or not its caller still waits.
 ///
 /// ```
-/// use frontier_core::{Frontier, Request};
-/// use runtime_async_std::{Clock, Driver};
-/// use throttle_core::{Outcome, ScopeConfig, Settings, Timestamp};
+/// use polite_frontier_core::{Frontier, Request};
+/// use polite_runtime_async_std::{Clock, Driver};
+/// use polite_throttle_core::{Outcome, ScopeConfig, Settings, Timestamp};
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let (clock, time) = Clock::manual(Timestamp::ZERO);
@@ -42,12 +42,12 @@ use crate::clock::Clock;
 /// ```
 pub type Driver<S> = DriverFor<Frontier<S>>;
 
-/// The driver of any [`Scheduling`](frontier_core::Scheduling) frontier `B` on this
-/// runtime: see [`runtime_common::DriverFor`] for its methods.
-pub type DriverFor<B> = runtime_common::DriverFor<B, Clock>;
+/// The driver of any [`Scheduling`](polite_frontier_core::Scheduling) frontier `B` on this
+/// runtime: see [`polite_runtime_common::DriverFor`] for its methods.
+pub type DriverFor<B> = polite_runtime_common::DriverFor<B, Clock>;
 
 /// The stream of [`Driver::leases`] for the in-process frontier over store `S`.
 pub type Leases<S> = LeasesFor<Frontier<S>>;
 
 /// The stream of [`DriverFor::leases`].
-pub type LeasesFor<B> = runtime_common::LeasesFor<B, Clock>;
+pub type LeasesFor<B> = polite_runtime_common::LeasesFor<B, Clock>;

@@ -1,9 +1,9 @@
-//! # runtime-async-std
+//! # polite-runtime-async-std
 //!
 //! The core crates decide; this crate waits, on the async-std / smol stack. Two entry
 //! points:
 //!
-//! - [`Driver`]: owns a [`Frontier`](frontier_core::Frontier) and its store. Cloneable
+//! - [`Driver`]: owns a [`Frontier`](polite_frontier_core::Frontier) and its store. Cloneable
 //!   handles let many tasks [`push`](Driver::push), take the next ready request with
 //!   [`next`](Driver::next) (or the [`leases`](Driver::leases) stream), and
 //!   [`complete`](Driver::complete) or [`retry`](Driver::retry) it. `next` sleeps exactly
@@ -14,7 +14,7 @@
 //!   serves the tasks waiting on a scope first come, first served; the
 //!   [`ThrottlePermit`] is finished with the outcome (or released untracked if dropped).
 //!
-//! The API mirrors `runtime-tokio` name for name, so a crawler moves between the two by
+//! The API mirrors `polite-runtime-tokio` name for name, so a crawler moves between the two by
 //! changing an import.
 //!
 //! ## async-std, smol, or any executor
@@ -36,9 +36,9 @@
 //!
 //! ```
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use frontier_core::{Frontier, Request};
-//! use runtime_async_std::{Clock, Driver};
-//! use throttle_core::{Outcome, Settings};
+//! use polite_frontier_core::{Frontier, Request};
+//! use polite_runtime_async_std::{Clock, Driver};
+//! use polite_throttle_core::{Outcome, Settings};
 //!
 //! // Any executor: async-std's, smol's, or this one (async-executor, which smol uses).
 //! let ex = async_executor::LocalExecutor::new();
@@ -56,7 +56,7 @@
 //!                 // ... fetch lease.request.url, push the links found ...
 //!                 driver.complete(lease.id(), Outcome::status(200)).await?;
 //!             }
-//!             Ok::<_, runtime_async_std::DriverError<_>>(())
+//!             Ok::<_, polite_runtime_async_std::DriverError<_>>(())
 //!         }));
 //!     }
 //!     for w in workers {
@@ -73,5 +73,5 @@ mod throttle;
 
 pub use clock::{Clock, ManualClock};
 pub use driver::{Driver, DriverFor, Leases, LeasesFor};
-pub use runtime_common::{DriverError, Runtime, unix_now};
+pub use polite_runtime_common::{DriverError, Runtime, unix_now};
 pub use throttle::{Throttle, ThrottlePermit};

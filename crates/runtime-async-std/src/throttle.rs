@@ -12,8 +12,8 @@ use crate::clock::Clock;
 /// multi-scope requests for scopes that really must be shared (an IP, a cost budget).
 ///
 /// ```
-/// use runtime_async_std::{Clock, Throttle};
-/// use throttle_core::{Outcome, ScopeConfig, Settings, Timestamp};
+/// use polite_runtime_async_std::{Clock, Throttle};
+/// use polite_throttle_core::{Outcome, ScopeConfig, Settings, Timestamp};
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let (clock, time) = Clock::manual(Timestamp::ZERO);
@@ -31,7 +31,7 @@ use crate::clock::Clock;
 /// # Ok(())
 /// # }
 /// ```
-pub type Throttle = runtime_common::Throttle<Clock>;
+pub type Throttle = polite_runtime_common::Throttle<Clock>;
 
-/// Slots held on every scope of a request: see [`runtime_common::ThrottlePermit`].
-pub type ThrottlePermit = runtime_common::ThrottlePermit<Clock>;
+/// Slots held on every scope of a request: see [`polite_runtime_common::ThrottlePermit`].
+pub type ThrottlePermit = polite_runtime_common::ThrottlePermit<Clock>;

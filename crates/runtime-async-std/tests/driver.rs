@@ -3,13 +3,13 @@
 
 use std::cell::RefCell;
 
-use frontier_core::{Frontier, Request, VolatileStore};
 use futures_lite::{StreamExt, future};
-use throttle_core::{Outcome, ScopeConfig, Settings, Timestamp};
+use polite_frontier_core::{Frontier, Request, VolatileStore};
+use polite_throttle_core::{Outcome, ScopeConfig, Settings, Timestamp};
 
 use std::time::Duration;
 
-use runtime_async_std::{Clock, Driver, DriverError, ManualClock};
+use polite_runtime_async_std::{Clock, Driver, DriverError, ManualClock};
 
 /// A driver over an in-memory frontier with `settings`, on a manual clock from zero.
 fn manual_driver(settings: Settings) -> (Driver<VolatileStore>, Clock, ManualClock) {

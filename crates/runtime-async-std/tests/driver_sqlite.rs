@@ -1,11 +1,11 @@
-//! The driver over a blocking store (store-sqlite) on the blocking pool: a completion
+//! The driver over a blocking store (polite-store-sqlite) on the blocking pool: a completion
 //! whose caller gave up still completes and wakes the waiters. (The resume after
 //! shutdown runs for both adapters in the workspace's `tests/runtime_parity.rs`.)
 
-use frontier_core::{Frontier, FrontierConfig, Request};
-use runtime_async_std::{Clock, Driver, DriverError};
-use store_sqlite::{SqliteOptions, SqliteStore};
-use throttle_core::{Outcome, ScopeConfig, Settings, Timestamp};
+use polite_frontier_core::{Frontier, FrontierConfig, Request};
+use polite_runtime_async_std::{Clock, Driver, DriverError};
+use polite_store_sqlite::{SqliteOptions, SqliteStore};
+use polite_throttle_core::{Outcome, ScopeConfig, Settings, Timestamp};
 
 #[test]
 fn a_completion_whose_caller_gave_up_still_completes_and_wakes_the_waiters() {

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use async_executor::Executor;
 use futures_lite::future;
-use runtime_async_std::{Clock, Throttle};
-use throttle_core::{Outcome, ScopeConfig, ScopeUse, Settings};
+use polite_runtime_async_std::{Clock, Throttle};
+use polite_throttle_core::{Outcome, ScopeConfig, ScopeUse, Settings};
 
 const TASKS: usize = 1000;
 const SCOPES: usize = 100;

@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use event_listener::{Event, listener};
-use frontier_core::{FrontierError, Lease, LeaseId, Poll, PushOutcome, Request, Scheduling};
-use throttle_core::{CrawlDelayDecision, Outcome, QuotaReconcile, Timestamp};
+use polite_frontier_core::{FrontierError, Lease, LeaseId, Poll, PushOutcome, Request, Scheduling};
+use polite_throttle_core::{CrawlDelayDecision, Outcome, QuotaReconcile, Timestamp};
 
 use crate::Runtime;
 use crate::turn::Turn;
@@ -97,8 +97,8 @@ impl Drop for Listening<'_> {
 }
 
 /// The driver of any [`Scheduling`] frontier `B` (the in-process
-/// [`Frontier`](frontier_core::Frontier), or one shared by many processes, such as
-/// `store-redis`'s) on runtime `R`: cloneable handles for many tasks, [`next`](Self::next)
+/// [`Frontier`](polite_frontier_core::Frontier), or one shared by many processes, such as
+/// `polite-store-redis`'s) on runtime `R`: cloneable handles for many tasks, [`next`](Self::next)
 /// that sleeps exactly until something can be sent, store I/O off the executor.
 ///
 /// A store call runs to completion even if the future awaiting it is dropped, and a push,

@@ -1,16 +1,16 @@
-//! # runtime-common
+//! # polite-runtime-common
 //!
 //! What the async adapters share, written once over a small [`Runtime`] trait (a clock
 //! that can sleep, and a way to run blocking work off the executor):
 //!
-//! - [`DriverFor`]: owns a [`Scheduling`](frontier_core::Scheduling) frontier and its
+//! - [`DriverFor`]: owns a [`Scheduling`](polite_frontier_core::Scheduling) frontier and its
 //!   store; cloneable handles let many tasks push, take the next ready request with
 //!   [`next`](DriverFor::next) (which sleeps exactly until a send is allowed and wakes
 //!   early when a completion frees a scope, serving concurrent callers first come, first
 //!   served), and complete or retry it;
 //! - [`Throttle`]: the politeness engine alone, FIFO-fair per scope.
 //!
-//! `runtime-tokio` and `runtime-async-std` implement [`Runtime`] for their `Clock` and
+//! `polite-runtime-tokio` and `polite-runtime-async-std` implement [`Runtime`] for their `Clock` and
 //! name these types `Driver`, `DriverFor`, `Throttle`, ...; use those. Waiting uses only
 //! `event-listener` and std wakers, so the same code runs under any executor. An adapter
 //! for another runtime is an implementation of [`Runtime`], as here with a clock that
@@ -20,9 +20,9 @@
 //! use std::sync::atomic::{AtomicU64, Ordering};
 //! use std::time::Duration;
 //!
-//! use frontier_core::{Frontier, Request};
-//! use runtime_common::{DriverFor, Job, Runtime};
-//! use throttle_core::{Outcome, ScopeConfig, Settings, Timestamp};
+//! use polite_frontier_core::{Frontier, Request};
+//! use polite_runtime_common::{DriverFor, Job, Runtime};
+//! use polite_throttle_core::{Outcome, ScopeConfig, Settings, Timestamp};
 //!
 //! /// Virtual time for one task: a sleep moves the clock to its deadline at once.
 //! #[derive(Clone, Copy)]
@@ -71,7 +71,7 @@
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use throttle_core::Timestamp;
+use polite_throttle_core::Timestamp;
 
 mod driver;
 mod throttle;
@@ -107,7 +107,7 @@ pub trait Runtime: Copy + Send + Sync + 'static {
 pub type Job = Box<dyn FnOnce() + Send>;
 
 /// The wall-clock time as a [`Timestamp`] since the Unix epoch, for parsing HTTP-dates
-/// in `Retry-After` headers ([`throttle_core::Outcome::response`]).
+/// in `Retry-After` headers ([`polite_throttle_core::Outcome::response`]).
 pub fn unix_now() -> Timestamp {
     let since = SystemTime::now()
         .duration_since(UNIX_EPOCH)

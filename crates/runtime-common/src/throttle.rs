@@ -7,7 +7,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 
-use throttle_core::{
+use polite_throttle_core::{
     ConfigError, NotReady, Outcome, Permit, RequestFlags, ScopeUse, Settings, Throttler, Ticket,
     TicketPoll, Timestamp,
 };

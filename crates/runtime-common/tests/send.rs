@@ -4,9 +4,9 @@
 use std::future::Future;
 use std::time::Duration;
 
-use frontier_core::{Frontier, Request};
-use runtime_common::{DriverFor, Job, Runtime, Throttle};
-use throttle_core::{Outcome, Timestamp};
+use polite_frontier_core::{Frontier, Request};
+use polite_runtime_common::{DriverFor, Job, Runtime, Throttle};
+use polite_throttle_core::{Outcome, Timestamp};
 
 #[derive(Clone, Copy)]
 struct Instant0;
@@ -52,7 +52,7 @@ fn futures_are_send() {
     let d4 = d.clone();
     spawnable(async move {
         let _ = d4
-            .complete(frontier_core::LeaseId(0), Outcome::status(200))
+            .complete(polite_frontier_core::LeaseId(0), Outcome::status(200))
             .await;
     });
     let t = Throttle::new(Default::default(), Instant0).unwrap();

@@ -9,8 +9,8 @@
 
 use std::time::Duration;
 
-use runtime_common::{Job, Runtime, panic_message, unix_now};
-use throttle_core::Timestamp;
+use polite_runtime_common::{Job, Runtime, panic_message, unix_now};
+use polite_throttle_core::Timestamp;
 use tokio::time::Instant;
 
 /// Maps tokio's clock onto core [`Timestamp`]s.
@@ -18,8 +18,8 @@ use tokio::time::Instant;
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() {
-/// use runtime_tokio::Clock;
-/// use throttle_core::Timestamp;
+/// use polite_runtime_tokio::Clock;
+/// use polite_throttle_core::Timestamp;
 ///
 /// let clock = Clock::starting_at(Timestamp::ZERO);
 /// tokio::time::sleep(std::time::Duration::from_secs(90)).await;

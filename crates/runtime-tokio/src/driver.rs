@@ -1,6 +1,6 @@
-//! The driver on this runtime: [`runtime_common::DriverFor`] with this crate's [`Clock`].
+//! The driver on this runtime: [`polite_runtime_common::DriverFor`] with this crate's [`Clock`].
 
-use frontier_core::Frontier;
+use polite_frontier_core::Frontier;
 
 use crate::clock::Clock;
 
@@ -9,14 +9,14 @@ use crate::clock::Clock;
 ///
 /// `Driver<S>` drives the in-process [`Frontier`] over store `S`; it is
 /// [`DriverFor<Frontier<S>>`](DriverFor), the driver of any
-/// [`Scheduling`](frontier_core::Scheduling) frontier (a shared one from `store-redis` too).
+/// [`Scheduling`](polite_frontier_core::Scheduling) frontier (a shared one from `polite-store-redis` too).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// use frontier_core::{Frontier, Request};
-/// use runtime_tokio::{Clock, Driver};
-/// use throttle_core::{Outcome, ScopeConfig, Settings, Timestamp};
+/// use polite_frontier_core::{Frontier, Request};
+/// use polite_runtime_tokio::{Clock, Driver};
+/// use polite_throttle_core::{Outcome, ScopeConfig, Settings, Timestamp};
 ///
 /// let clock = Clock::starting_at(Timestamp::ZERO);
 /// let settings = Settings::default()
@@ -37,12 +37,12 @@ use crate::clock::Clock;
 /// ```
 pub type Driver<S> = DriverFor<Frontier<S>>;
 
-/// The driver of any [`Scheduling`](frontier_core::Scheduling) frontier `B` on this
-/// runtime: see [`runtime_common::DriverFor`] for its methods.
-pub type DriverFor<B> = runtime_common::DriverFor<B, Clock>;
+/// The driver of any [`Scheduling`](polite_frontier_core::Scheduling) frontier `B` on this
+/// runtime: see [`polite_runtime_common::DriverFor`] for its methods.
+pub type DriverFor<B> = polite_runtime_common::DriverFor<B, Clock>;
 
 /// The stream of [`Driver::leases`] for the in-process frontier over store `S`.
 pub type Leases<S> = LeasesFor<Frontier<S>>;
 
 /// The stream of [`DriverFor::leases`].
-pub type LeasesFor<B> = runtime_common::LeasesFor<B, Clock>;
+pub type LeasesFor<B> = polite_runtime_common::LeasesFor<B, Clock>;

@@ -1,8 +1,8 @@
-//! # runtime-tokio
+//! # polite-runtime-tokio
 //!
 //! The core crates decide; this crate waits, on tokio. Two entry points:
 //!
-//! - [`Driver`]: owns a [`Frontier`](frontier_core::Frontier) and its store. Cloneable
+//! - [`Driver`]: owns a [`Frontier`](polite_frontier_core::Frontier) and its store. Cloneable
 //!   handles let many tasks [`push`](Driver::push), take the next ready request with
 //!   [`next`](Driver::next) (or the [`leases`](Driver::leases) stream), and
 //!   [`complete`](Driver::complete) or [`retry`](Driver::retry) it. `next` sleeps exactly
@@ -22,9 +22,9 @@
 //! ```
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use frontier_core::{Frontier, Request};
-//! use runtime_tokio::{Clock, Driver};
-//! use throttle_core::{Outcome, Settings};
+//! use polite_frontier_core::{Frontier, Request};
+//! use polite_runtime_tokio::{Clock, Driver};
+//! use polite_throttle_core::{Outcome, Settings};
 //!
 //! let clock = Clock::wall();
 //! let driver = Driver::new(Frontier::in_memory(Settings::default(), clock.now())?, clock);
@@ -39,7 +39,7 @@
 //!             // ... fetch lease.request.url, push the links found ...
 //!             driver.complete(lease.id(), Outcome::status(200)).await?;
 //!         }
-//!         Ok::<_, runtime_tokio::DriverError<_>>(())
+//!         Ok::<_, polite_runtime_tokio::DriverError<_>>(())
 //!     }));
 //! }
 //! for w in workers {
@@ -55,5 +55,5 @@ mod throttle;
 
 pub use clock::Clock;
 pub use driver::{Driver, DriverFor, Leases, LeasesFor};
-pub use runtime_common::{DriverError, Runtime, unix_now};
+pub use polite_runtime_common::{DriverError, Runtime, unix_now};
 pub use throttle::{Throttle, ThrottlePermit};

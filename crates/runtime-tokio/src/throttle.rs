@@ -14,8 +14,8 @@ use crate::clock::Clock;
 /// ```
 /// # #[tokio::main(flavor = "current_thread", start_paused = true)]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// use runtime_tokio::{Clock, Throttle};
-/// use throttle_core::{Outcome, ScopeConfig, Settings, Timestamp};
+/// use polite_runtime_tokio::{Clock, Throttle};
+/// use polite_throttle_core::{Outcome, ScopeConfig, Settings, Timestamp};
 ///
 /// let clock = Clock::starting_at(Timestamp::ZERO);
 /// let settings = Settings::default()
@@ -30,7 +30,7 @@ use crate::clock::Clock;
 /// # Ok(())
 /// # }
 /// ```
-pub type Throttle = runtime_common::Throttle<Clock>;
+pub type Throttle = polite_runtime_common::Throttle<Clock>;
 
-/// Slots held on every scope of a request: see [`runtime_common::ThrottlePermit`].
-pub type ThrottlePermit = runtime_common::ThrottlePermit<Clock>;
+/// Slots held on every scope of a request: see [`polite_runtime_common::ThrottlePermit`].
+pub type ThrottlePermit = polite_runtime_common::ThrottlePermit<Clock>;

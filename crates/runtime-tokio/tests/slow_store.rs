@@ -5,11 +5,11 @@
 
 use std::time::{Duration, Instant};
 
-use frontier_core::{
+use polite_frontier_core::{
     Frontier, FrontierError, LeaseId, Poll, PushOutcome, Request, Scheduling, VolatileStore,
 };
-use runtime_tokio::{Clock, DriverFor};
-use throttle_core::{
+use polite_runtime_tokio::{Clock, DriverFor};
+use polite_throttle_core::{
     CrawlDelayDecision, Outcome, QuotaReconcile, ScopeConfig, Settings, Timestamp,
 };
 

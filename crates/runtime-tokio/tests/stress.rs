@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use runtime_tokio::{Clock, Throttle};
-use throttle_core::{Outcome, ScopeConfig, ScopeUse, Settings};
+use polite_runtime_tokio::{Clock, Throttle};
+use polite_throttle_core::{Outcome, ScopeConfig, ScopeUse, Settings};
 
 const TASKS: usize = 1000;
 const SCOPES: usize = 100;

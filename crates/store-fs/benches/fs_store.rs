@@ -1,7 +1,7 @@
 //! The frontier over the filesystem store at a million requests over 10,000 hosts, with
 //! the peers' URL shapes and priorities (as `benches/frontier.rs` does in memory).
 //!
-//!     cargo bench -p store-fs --bench fs_store
+//!     cargo bench -p polite-store-fs --bench fs_store
 //!
 //! - `push_1m`: `Frontier::push` of 1,000,000 requests into an empty store with group
 //!   commit (the default `Durability::Batched`: an fdatasync every 1,000 operations or
@@ -11,7 +11,7 @@
 //!   an ack record per request, group commit, compaction as it comes), then `flush`.
 //! - `*_commit_10k`: the same with a larger group commit (10,000 operations or 100 ms).
 //!
-//! - `frontier-core/...`: the same two runs on the in-memory `VolatileStore`, measured in
+//! - `polite-frontier-core/...`: the same two runs on the in-memory `VolatileStore`, measured in
 //!   the same process, so the store's own cost reads as a ratio on a noisy machine.
 //!
 //! After the first push it prints the bytes on disk per request and the store's
@@ -22,12 +22,12 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use frontier_core::{
+use polite_frontier_core::{
     DupeFilterConfig, Durability, Frontier, FrontierConfig, Policy, Poll, Request, Store,
     VolatileStore,
 };
-use store_fs::{FsConfig, FsStore};
-use throttle_core::{Outcome, Settings, Timestamp};
+use polite_store_fs::{FsConfig, FsStore};
+use polite_throttle_core::{Outcome, Settings, Timestamp};
 
 const N: usize = 1_000_000;
 const HOSTS: usize = 10_000;
@@ -71,11 +71,10 @@ fn settings() -> Settings {
 }
 
 fn open_on<S: Store>(store: S) -> Frontier<S> {
-    let config = FrontierConfig {
-        policy: Policy::ThrottlingAware,
-        dupefilter: DupeFilterConfig::Exact,
-        persist_scope_states: false,
-    };
+    let config = FrontierConfig::default()
+        .policy(Policy::ThrottlingAware)
+        .dupefilter(DupeFilterConfig::Exact)
+        .persist_scope_states(false);
     Frontier::open(settings(), config, store, Timestamp::ZERO)
         .unwrap_or_else(|e| panic!("open: {e}"))
 }
@@ -137,7 +136,7 @@ fn fs_store(c: &mut Criterion) {
         max_delay: Duration::from_millis(100),
     };
     for (suffix, durability) in [("", Durability::default()), ("_commit_10k", commit_10k)] {
-        group.bench_function(BenchmarkId::new("store-fs", format!("push_1m{suffix}")), |b| {
+        group.bench_function(BenchmarkId::new("polite-store-fs", format!("push_1m{suffix}")), |b| {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
@@ -167,7 +166,7 @@ fn fs_store(c: &mut Criterion) {
         });
 
         group.bench_function(
-            BenchmarkId::new("store-fs", format!("poll_complete_1m{suffix}")),
+            BenchmarkId::new("polite-store-fs", format!("poll_complete_1m{suffix}")),
             |b| {
                 b.iter_custom(|iters| {
                     let mut total = Duration::ZERO;
@@ -186,7 +185,7 @@ fn fs_store(c: &mut Criterion) {
         );
     }
 
-    group.bench_function(BenchmarkId::new("frontier-core", "push_1m"), |b| {
+    group.bench_function(BenchmarkId::new("polite-frontier-core", "push_1m"), |b| {
         b.iter_custom(|iters| {
             let mut total = Duration::ZERO;
             for _ in 0..iters {
@@ -200,20 +199,23 @@ fn fs_store(c: &mut Criterion) {
         })
     });
 
-    group.bench_function(BenchmarkId::new("frontier-core", "poll_complete_1m"), |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                let mut f = open_on(VolatileStore::new());
-                push_all(&mut f, &reqs);
-                let t0 = Instant::now();
-                drain(&mut f);
-                total += t0.elapsed();
-                assert_eq!(f.stats().acked as usize, N);
-            }
-            total
-        })
-    });
+    group.bench_function(
+        BenchmarkId::new("polite-frontier-core", "poll_complete_1m"),
+        |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let mut f = open_on(VolatileStore::new());
+                    push_all(&mut f, &reqs);
+                    let t0 = Instant::now();
+                    drain(&mut f);
+                    total += t0.elapsed();
+                    assert_eq!(f.stats().acked as usize, N);
+                }
+                total
+            })
+        },
+    );
     group.finish();
 }
 

@@ -1,22 +1,20 @@
 //! Options of the filesystem store.
 
-use frontier_core::Durability;
+use polite_frontier_core::Durability;
 
 use crate::error::FsError;
 
 /// Options of an [`FsStore`](crate::FsStore).
 ///
 /// ```
-/// use frontier_core::Durability;
-/// use store_fs::FsConfig;
+/// use polite_frontier_core::Durability;
+/// use polite_store_fs::FsConfig;
 ///
-/// let config = FsConfig {
-///     durability: Durability::EveryOp,
-///     ..FsConfig::default()
-/// };
+/// let config = FsConfig::default().durability(Durability::EveryOp);
 /// assert_eq!(config.segment_size, 32 << 20);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct FsConfig {
     /// When changes become durable (default: group commit every 1,000 operations or
     /// 100 ms, checked on each operation; see [`FsStore`](crate::FsStore#durability)).
@@ -27,7 +25,7 @@ pub struct FsConfig {
     pub segment_size: u32,
     /// Read sealed segments through a read-only memory map instead of one `pread` per
     /// request (default on). A poll then costs no system call and the frontier's
-    /// one-ahead [`prefetch`](frontier_core::Store::prefetch) hint can warm the next
+    /// one-ahead [`prefetch`](polite_frontier_core::Store::prefetch) hint can warm the next
     /// payload; at a million requests this is about a third of a pop. The price, as with
     /// SQLite's `mmap_size`: if the disk fails to read a mapped page, or another program
     /// truncates a segment file under a running store, the process receives `SIGBUS` and
@@ -49,6 +47,25 @@ impl Default for FsConfig {
 }
 
 impl FsConfig {
+    /// Sets when changes become durable.
+    #[must_use]
+    pub fn durability(mut self, value: Durability) -> Self {
+        self.durability = value;
+        self
+    }
+    /// Sets the size at which a log segment is sealed, in bytes.
+    #[must_use]
+    pub fn segment_size(mut self, value: u32) -> Self {
+        self.segment_size = value;
+        self
+    }
+    /// Sets whether sealed segments are read through a memory map.
+    #[must_use]
+    pub fn mmap_reads(mut self, value: bool) -> Self {
+        self.mmap_reads = value;
+        self
+    }
+
     /// The smallest segment size accepted.
     pub const MIN_SEGMENT_SIZE: u32 = 512;
     /// The largest segment size accepted.
@@ -56,10 +73,7 @@ impl FsConfig {
 
     /// The default options with another durability policy.
     pub fn with_durability(durability: Durability) -> Self {
-        FsConfig {
-            durability,
-            ..FsConfig::default()
-        }
+        FsConfig::default().durability(durability)
     }
 
     pub(crate) fn validate(&self) -> Result<(), FsError> {

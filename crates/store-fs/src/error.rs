@@ -32,7 +32,7 @@ pub enum FsError {
         reason: String,
     },
     /// The file does not start with this store's magic number.
-    #[error("{}: not a store-fs file (wrong magic number at byte 0)", .path.display())]
+    #[error("{}: not a polite-store-fs file (wrong magic number at byte 0)", .path.display())]
     BadMagic {
         /// The file.
         path: PathBuf,
@@ -119,7 +119,7 @@ pub enum FsError {
         reason: String,
     },
     /// Invalid options.
-    #[error("invalid store-fs configuration: {0}")]
+    #[error("invalid polite-store-fs configuration: {0}")]
     Config(String),
     /// A write failed earlier, so what is in memory may not match the files; reopen the
     /// store (it recovers to the last state the files hold).

@@ -6,7 +6,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 
-use throttle_core::ScopeSnapshot;
+use polite_throttle_core::ScopeSnapshot;
 
 use crate::error::FsError;
 use crate::format::{self, FP_LEN, FPS_PER_BLOCK, HeaderError, SEEN_HEADER_LEN};

@@ -3,7 +3,7 @@
 //! Everything is little-endian. The crate documentation describes the layout for
 //! readers of the files; this module is the one place that reads and writes it.
 
-use frontier_core::Fingerprint;
+use polite_frontier_core::Fingerprint;
 
 /// The format version written by this build and the newest it reads.
 pub const FORMAT_VERSION: u16 = 1;

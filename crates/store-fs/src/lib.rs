@@ -1,14 +1,14 @@
-//! # store-fs
+//! # polite-store-fs
 //!
-//! A crash-safe, bounded-memory [`Store`](frontier_core::Store) for the crawl frontier, in
+//! A crash-safe, bounded-memory [`Store`](polite_frontier_core::Store) for the crawl frontier, in
 //! a directory: an append-only segmented log with a checksum per record, a compact
 //! in-memory index, and compaction that runs inline (no background thread) when garbage
 //! outweighs live data.
 //!
 //! ```
-//! use frontier_core::{Frontier, FrontierConfig, Poll, PushOutcome, Request};
-//! use store_fs::{FsConfig, FsStore};
-//! use throttle_core::{Settings, Timestamp};
+//! use polite_frontier_core::{Frontier, FrontierConfig, Poll, PushOutcome, Request};
+//! use polite_store_fs::{FsConfig, FsStore};
+//! use polite_throttle_core::{Settings, Timestamp};
 //!
 //! let dir = tempfile::tempdir()?;
 //! let now = Timestamp::ZERO;
@@ -56,7 +56,7 @@
 //! - a 256 KiB write buffer.
 //!
 //! Payloads stay on disk. Opening scans the log once and keeps a 32-byte line per held
-//! request until [`Store::recover`](frontier_core::Store::recover) has replayed them in
+//! request until [`Store::recover`](polite_frontier_core::Store::recover) has replayed them in
 //! sequence order (the frontier rebuilds its own index from them); recovery streams
 //! fingerprints and never loads payloads.
 //!
@@ -93,7 +93,7 @@
 //! | 7 unlease | nothing: every lease before it was reported by `recover` and queued again | `recover` |
 //!
 //! Numbers are varints. A fingerprint is stored as its first 64 bits, which is all the
-//! duplicate filters use ([`Fingerprint::prefix64`](frontier_core::Fingerprint::prefix64));
+//! duplicate filters use ([`Fingerprint::prefix64`](polite_frontier_core::Fingerprint::prefix64));
 //! `recover` gives the rest back zeroed. An entry carries the fingerprint marked seen with
 //! it, so "queued" and "seen" become durable in the same record.
 //!
@@ -103,7 +103,7 @@
 //!
 //! **Scope-state file**: magic `PFSCOPES`, version, flags, body length `u32`, CRC-32 of the
 //! preceding 16 bytes and the body, body: the postcard encoding of
-//! `Vec<throttle_core::ScopeSnapshot>`.
+//! `Vec<polite_throttle_core::ScopeSnapshot>`.
 //!
 //! ### Compaction
 //!

@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use frontier_core::{Durability, EntryMeta, Fingerprint, RecoveryVisitor, Store};
 use hashbrown::{HashMap, HashSet};
 use memmap2::Mmap;
-use throttle_core::{ScopeSnapshot, Timestamp};
+use polite_frontier_core::{Durability, EntryMeta, Fingerprint, RecoveryVisitor, Store};
+use polite_throttle_core::{ScopeSnapshot, Timestamp};
 
 use crate::config::FsConfig;
 use crate::error::FsError;
@@ -485,6 +485,7 @@ impl FsStore {
     /// Closes the store the way a crash would: records still in the write buffer are
     /// lost, nothing is flushed (what already reached the operating system stays). For
     /// tests of recovery.
+    #[cfg(feature = "testing")]
     pub fn abandon(mut self) {
         self.abandoned = true;
     }
@@ -1363,7 +1364,7 @@ impl Drop for FsStore {
             return;
         }
         if let Err(e) = self.commit() {
-            tracing::warn!(dir = %self.dir.display(), error = %e, "store-fs: flush on close failed");
+            tracing::warn!(dir = %self.dir.display(), error = %e, "polite-store-fs: flush on close failed");
         }
     }
 }
@@ -1452,9 +1453,9 @@ impl Store for FsStore {
         if let Some(bytes) = map.and_then(|m| m.get(h.offset() as usize..)) {
             // A record of a typical request spans one or two cache lines.
             if let Some(line) = bytes.first_chunk::<128>() {
-                throttle_core::prefetch(line);
+                polite_throttle_core::prefetch(line);
             } else if let Some(b) = bytes.first() {
-                throttle_core::prefetch(b);
+                polite_throttle_core::prefetch(b);
             }
         }
     }

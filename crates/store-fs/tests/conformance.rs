@@ -1,11 +1,11 @@
-//! The frontier-core store conformance suite against the filesystem store, under each
+//! The polite-frontier-core store conformance suite against the filesystem store, under each
 //! durability policy and with segments small enough that compaction runs during it.
 
 mod common;
 
-use frontier_core::Durability;
-use frontier_core::conformance::Harness;
-use store_fs::{FsConfig, FsStore};
+use polite_frontier_core::Durability;
+use polite_frontier_core::conformance::Harness;
+use polite_store_fs::{FsConfig, FsStore};
 use tempfile::TempDir;
 
 struct Fs {
@@ -51,19 +51,19 @@ impl Harness for Fs {
 
 mod batched {
     use super::*;
-    frontier_core::store_conformance_tests!(Fs::new(FsConfig::default()));
+    polite_frontier_core::store_conformance_tests!(Fs::new(FsConfig::default()));
 }
 
 mod every_op {
     use super::*;
-    frontier_core::store_conformance_tests!(Fs::new(FsConfig::with_durability(
+    polite_frontier_core::store_conformance_tests!(Fs::new(FsConfig::with_durability(
         Durability::EveryOp
     )));
 }
 
 mod on_close {
     use super::*;
-    frontier_core::store_conformance_tests!(Fs::new(FsConfig::with_durability(
+    polite_frontier_core::store_conformance_tests!(Fs::new(FsConfig::with_durability(
         Durability::OnClose
     )));
 }
@@ -72,18 +72,13 @@ mod on_close {
 /// throughout the suite.
 mod small_segments {
     use super::*;
-    frontier_core::store_conformance_tests!(Fs::new(FsConfig {
-        segment_size: 1024,
-        ..FsConfig::default()
-    }));
+    polite_frontier_core::store_conformance_tests!(Fs::new(FsConfig::default().segment_size(1024)));
 }
 
 /// The same, reading sealed segments with `pread` instead of a memory map.
 mod small_segments_pread {
     use super::*;
-    frontier_core::store_conformance_tests!(Fs::new(FsConfig {
-        segment_size: 1024,
-        mmap_reads: false,
-        ..FsConfig::default()
-    }));
+    polite_frontier_core::store_conformance_tests!(Fs::new(
+        FsConfig::default().segment_size(1024).mmap_reads(false)
+    ));
 }

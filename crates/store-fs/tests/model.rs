@@ -8,10 +8,10 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use frontier_core::{Durability, EntryMeta, MemoryStore, Store};
+use polite_frontier_core::{Durability, EntryMeta, MemoryStore, Store};
+use polite_store_fs::{FsConfig, FsHandle, FsStore};
+use polite_throttle_core::{ScopeSnapshot, Timestamp};
 use proptest::prelude::*;
-use store_fs::{FsConfig, FsHandle, FsStore};
-use throttle_core::{ScopeSnapshot, Timestamp};
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -77,10 +77,11 @@ fn config() -> impl Strategy<Value = FsConfig> {
         prop_oneof![Just(512u32), Just(2048), Just(32 << 20)],
         any::<bool>(),
     )
-        .prop_map(|(durability, segment_size, mmap_reads)| FsConfig {
-            durability,
-            segment_size,
-            mmap_reads,
+        .prop_map(|(durability, segment_size, mmap_reads)| {
+            FsConfig::default()
+                .durability(durability)
+                .segment_size(segment_size)
+                .mmap_reads(mmap_reads)
         })
 }
 

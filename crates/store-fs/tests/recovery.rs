@@ -8,8 +8,8 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use common::*;
-use frontier_core::{Durability, Store};
-use store_fs::{FORMAT_VERSION, FsConfig, FsError, FsStore};
+use polite_frontier_core::{Durability, Store};
+use polite_store_fs::{FORMAT_VERSION, FsConfig, FsError, FsStore};
 
 /// Runs `f` with a tracing subscriber that captures warnings; returns what it printed.
 fn capture_warnings<T>(f: impl FnOnce() -> T) -> (T, String) {
@@ -123,10 +123,7 @@ fn a_flipped_byte_in_the_middle_is_an_error_naming_file_and_offset() {
 #[test]
 fn damage_in_an_older_segment_or_the_seen_file_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
-    let config = FsConfig {
-        segment_size: 1024,
-        ..FsConfig::default()
-    };
+    let config = FsConfig::default().segment_size(1024);
     let (mut s, _) = filled(dir.path(), config, 100);
     s.compact().unwrap();
     // More records after compaction, so the seen file is not the last thing written.
@@ -218,7 +215,7 @@ fn wrong_magic_or_newer_version_is_a_clear_error() {
     fs::write(&seen, &good_seen).unwrap();
 
     let mut s = FsStore::open(dir.path(), FsConfig::default()).unwrap();
-    s.save_scope_states(&[throttle_core::ScopeSnapshot::new("a")])
+    s.save_scope_states(&[polite_throttle_core::ScopeSnapshot::new("a")])
         .unwrap();
     drop(s);
     let scopes = dir.path().join("scopes.dat");
@@ -261,10 +258,7 @@ fn a_locked_directory_cannot_be_opened_twice() {
 #[test]
 fn a_missing_segment_is_an_error() {
     let dir = tempfile::tempdir().unwrap();
-    let config = FsConfig {
-        segment_size: 1024,
-        ..FsConfig::default()
-    };
+    let config = FsConfig::default().segment_size(1024);
     let (s, _) = filled(dir.path(), config, 100);
     drop(s);
     let segs = segments(dir.path());
@@ -301,20 +295,11 @@ fn a_torn_segment_header_is_removed() {
 fn damage_after_opening_is_reported_by_load() {
     // Request 2 in the active segment (read with pread or from the write buffer), then
     // in a sealed segment read through its memory map, then the same with pread.
-    let small = FsConfig {
-        segment_size: 1024,
-        ..FsConfig::default()
-    };
+    let small = FsConfig::default().segment_size(1024);
     for (config, sealed) in [
         (FsConfig::default(), false),
         (small, true),
-        (
-            FsConfig {
-                mmap_reads: false,
-                ..small
-            },
-            true,
-        ),
+        (small.mmap_reads(false), true),
     ] {
         let dir = tempfile::tempdir().unwrap();
         let (mut s, handles) = filled(dir.path(), config, 40);
@@ -388,10 +373,7 @@ fn every_op_survives_a_crash_and_on_close_loses_what_was_not_flushed() {
 #[test]
 fn compaction_bounds_the_log_and_keeps_handles_working() {
     let dir = tempfile::tempdir().unwrap();
-    let config = FsConfig {
-        segment_size: 4096,
-        ..FsConfig::default()
-    };
+    let config = FsConfig::default().segment_size(4096);
     let (mut s, handles) = filled(dir.path(), config, 2000);
     let before = s.stats();
     // Lease and acknowledge most, newest first (as a LIFO crawl would).
@@ -456,10 +438,7 @@ fn compaction_bounds_the_log_and_keeps_handles_working() {
 #[test]
 fn the_high_water_mark_survives_when_everything_is_compacted_away() {
     let dir = tempfile::tempdir().unwrap();
-    let config = FsConfig {
-        segment_size: 1024,
-        ..FsConfig::default()
-    };
+    let config = FsConfig::default().segment_size(1024);
     let (mut s, handles) = filled(dir.path(), config, 50);
     for (i, h) in handles.iter().enumerate() {
         s.ack(i as u64, *h).unwrap();
@@ -485,10 +464,7 @@ fn the_high_water_mark_survives_when_everything_is_compacted_away() {
 #[test]
 fn a_crash_during_compaction_leaves_duplicates_that_recovery_resolves() {
     let dir = tempfile::tempdir().unwrap();
-    let config = FsConfig {
-        segment_size: 1024,
-        ..FsConfig::default()
-    };
+    let config = FsConfig::default().segment_size(1024);
     let (mut s, handles) = filled(dir.path(), config, 60);
     for i in (0..60u64).filter(|i| i % 3 == 0) {
         s.lease(i, &handles[i as usize]).unwrap();

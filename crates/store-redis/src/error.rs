@@ -1,7 +1,7 @@
 //! Errors of the Redis frontier.
 
 /// Why a call to the Redis frontier failed. It travels as
-/// [`FrontierError::Store`](frontier_core::FrontierError::Store).
+/// [`FrontierError::Store`](polite_frontier_core::FrontierError::Store).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RedisStoreError {

@@ -5,16 +5,16 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use frontier_core::{
+use polite_frontier_core::{
     Codec, DecodeErrorKind, DupeFilterConfig, Fingerprinter, FrontierConfig, FrontierError,
     FrontierStats, Lease, LeaseId, Policy, Poll, PushOutcome, Request, Scheduling, group_key,
     parse_group_key,
 };
-use redis::Value;
-use throttle_core::{
+use polite_throttle_core::{
     ConfigError, CrawlDelayDecision, Outcome, QuotaReconcile, Settings, Throttler, Timestamp,
     secs_to_duration,
 };
+use redis::Value;
 
 use crate::error::RedisStoreError;
 use crate::params::{all_params, kind_digit, script_settings};
@@ -26,6 +26,7 @@ const SCRIPT: &str = include_str!("frontier.lua");
 
 /// How the server-side code is installed and called.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ScriptMode {
     /// A Redis 7 function library (`FUNCTION LOAD`, `FCALL`): the code's definitions run
     /// once when loaded, so each call costs only its own work. Falls back to
@@ -118,6 +119,7 @@ type Result<T> = std::result::Result<T, FrontierError<RedisStoreError>>;
 
 /// Where the frontier's time comes from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum TimeSource {
     /// The `now` passed to each call (a fake clock in tests, or a clock all workers
     /// share). Instants are nanoseconds from the epoch the callers chose.
@@ -131,6 +133,7 @@ pub enum TimeSource {
 
 /// Options of a [`RedisFrontier`].
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct RedisConfig {
     /// Where time comes from.
     pub time: TimeSource,
@@ -168,8 +171,53 @@ impl Default for RedisConfig {
     }
 }
 
+impl RedisConfig {
+    /// Sets where the time of every decision comes from.
+    #[must_use]
+    pub fn time(mut self, value: TimeSource) -> Self {
+        self.time = value;
+        self
+    }
+    /// Sets how long a lease stays out before it is delivered again.
+    #[must_use]
+    pub fn lease_timeout(mut self, value: Duration) -> Self {
+        self.lease_timeout = value;
+        self
+    }
+    /// Sets how often a waiting driver asks again when nothing wakes it.
+    #[must_use]
+    pub fn recheck(mut self, value: Duration) -> Self {
+        self.recheck = value;
+        self
+    }
+    /// Sets how many expired leases one call takes back.
+    #[must_use]
+    pub fn redeliver_batch(mut self, value: u32) -> Self {
+        self.redeliver_batch = value;
+        self
+    }
+    /// Sets how many requests one push call sends.
+    #[must_use]
+    pub fn push_batch(mut self, value: usize) -> Self {
+        self.push_batch = value;
+        self
+    }
+    /// Sets how the server-side script is called.
+    #[must_use]
+    pub fn script(mut self, value: ScriptMode) -> Self {
+        self.script = value;
+        self
+    }
+    /// Sets the frontier's own configuration (policy, duplicate filter).
+    #[must_use]
+    pub fn frontier(mut self, value: FrontierConfig) -> Self {
+        self.frontier = value;
+        self
+    }
+}
+
 /// One scope's throttling state as the shared frontier keeps it (the fields of
-/// [`throttle_core::ScopeStats`]).
+/// [`polite_throttle_core::ScopeStats`]).
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct RedisScopeStats {
@@ -222,7 +270,7 @@ pub struct RedisInfo {
 /// Every decision runs in one server-side script, atomically: the duplicate check with
 /// the enqueue, the choice of the next request with the reservation on all its scopes,
 /// the completion with backoff. It makes the decisions the in-process
-/// [`Frontier`](frontier_core::Frontier) makes on the same timeline. See the crate
+/// [`Frontier`](polite_frontier_core::Frontier) makes on the same timeline. See the crate
 /// documentation for the key layout and operations.
 pub struct RedisFrontier {
     client: redis::Client,
@@ -348,6 +396,11 @@ impl RedisFrontier {
                 capacity,
                 false_positive_rate,
             } => bloom_shape(capacity, false_positive_rate)?,
+            _ => {
+                return Err(store_err(RedisStoreError::Unsupported(
+                    "this duplicate filter (use Exact, Bloom or Disabled)",
+                )));
+            }
         };
         if crawl.is_empty() || crawl.contains(['{', '}']) {
             return Err(store_err(RedisStoreError::Invalid {
@@ -385,7 +438,9 @@ impl RedisFrontier {
         let seed = f.settings.seed;
         let mut args: Vec<Vec<u8>> = vec![
             full.clone().into_bytes(),
-            script_settings(&f.settings).into_bytes(),
+            script_settings(&f.settings)
+                .map_err(store_err)?
+                .into_bytes(),
             (seed >> 32).to_string().into_bytes(),
             (seed & 0xFFFF_FFFF).to_string().into_bytes(),
         ];
@@ -591,7 +646,7 @@ impl RedisFrontier {
                 .collect()
         };
         // A pushed fingerprint carries one 5-byte bit position per hash.
-        let mut fp = [0u8; 1 + 5 * frontier_core::BloomFilter::MAX_HASHES as usize];
+        let mut fp = [0u8; 1 + 5 * polite_frontier_core::BloomFilter::MAX_HASHES as usize];
         let fp_len = if request.dont_filter || self.dedup == Dedup::Off {
             0
         } else {
@@ -891,8 +946,8 @@ impl RedisFrontier {
         self.decode(seq, &body, &key).map(Some)
     }
 
-    fn outcome_args(outcome: &Outcome<'_>) -> [Vec<u8>; 3] {
-        match *outcome {
+    fn outcome_args(outcome: &Outcome<'_>) -> Result<[Vec<u8>; 3]> {
+        Ok(match *outcome {
             Outcome::Response {
                 status,
                 header_delay,
@@ -903,7 +958,12 @@ impl RedisFrontier {
             ],
             Outcome::Error(kind) => [b"e".to_vec(), kind.as_bytes().to_vec(), Vec::new()],
             Outcome::Cancelled => [b"c".to_vec(), Vec::new(), Vec::new()],
-        }
+            _ => {
+                return Err(store_err(RedisStoreError::Unsupported(
+                    "this kind of outcome",
+                )));
+            }
+        })
     }
 
     /// Acknowledges a lease with how it ended: its scopes' slots are freed for every
@@ -916,7 +976,7 @@ impl RedisFrontier {
         now: Timestamp,
     ) -> Result<bool> {
         let mut args = vec![lease.0.to_string().into_bytes()];
-        args.extend(Self::outcome_args(outcome));
+        args.extend(Self::outcome_args(outcome)?);
         let v = self.call_at("complete", Some(now), &args)?;
         let done = as_u64(&v) == Some(1);
         if done {
@@ -934,7 +994,7 @@ impl RedisFrontier {
         now: Timestamp,
     ) -> Result<bool> {
         let mut args = vec![lease.0.to_string().into_bytes()];
-        args.extend(Self::outcome_args(outcome));
+        args.extend(Self::outcome_args(outcome)?);
         args.push(priority_adjust.to_string().into_bytes());
         let v = self.call_at("retry", Some(now), &args)?;
         let done = as_u64(&v) == Some(1);
@@ -955,7 +1015,7 @@ impl RedisFrontier {
         Ok(as_u64(&v) == Some(1))
     }
 
-    /// See [`Throttler::delay_scope`](throttle_core::Throttler::delay_scope): for every
+    /// See [`Throttler::delay_scope`](polite_throttle_core::Throttler::delay_scope): for every
     /// worker.
     pub fn delay_scope(&mut self, scope: &str, secs: f64, now: Timestamp) -> Result<()> {
         check_secs("delay_scope", secs)?;
@@ -964,14 +1024,14 @@ impl RedisFrontier {
             .map(|_| ())
     }
 
-    /// See [`Throttler::set_scope_delay`](throttle_core::Throttler::set_scope_delay).
+    /// See [`Throttler::set_scope_delay`](polite_throttle_core::Throttler::set_scope_delay).
     pub fn set_scope_delay(&mut self, scope: &str, secs: f64, now: Timestamp) -> Result<()> {
         check_secs("delay", secs)?;
         self.scope_op("set_delay", scope, &[format!("{secs:?}").into_bytes()], now)
             .map(|_| ())
     }
 
-    /// See [`Throttler::set_scope_concurrency`](throttle_core::Throttler::set_scope_concurrency).
+    /// See [`Throttler::set_scope_concurrency`](polite_throttle_core::Throttler::set_scope_concurrency).
     pub fn set_scope_concurrency(
         &mut self,
         scope: &str,
@@ -987,7 +1047,7 @@ impl RedisFrontier {
         .map(|_| ())
     }
 
-    /// See [`Throttler::reconcile_quota`](throttle_core::Throttler::reconcile_quota).
+    /// See [`Throttler::reconcile_quota`](polite_throttle_core::Throttler::reconcile_quota).
     pub fn reconcile_quota(
         &mut self,
         scope: &str,
@@ -1010,7 +1070,7 @@ impl RedisFrontier {
         .map(|_| ())
     }
 
-    /// See [`Throttler::handle_crawl_delay`](throttle_core::Throttler::handle_crawl_delay).
+    /// See [`Throttler::handle_crawl_delay`](polite_throttle_core::Throttler::handle_crawl_delay).
     pub fn handle_crawl_delay(
         &mut self,
         scope: &str,
@@ -1070,7 +1130,7 @@ impl RedisFrontier {
     }
 
     /// A scope's state as of the last operation on it, changing nothing (what
-    /// [`Throttler::scopes`](throttle_core::Throttler::scopes) shows in-process).
+    /// [`Throttler::scopes`](polite_throttle_core::Throttler::scopes) shows in-process).
     pub fn scope_stats_raw(&mut self, scope: &str) -> Result<Option<RedisScopeStats>> {
         let v = self.scope_op("scope", scope, &[b"raw".to_vec()], Timestamp::ZERO)?;
         Self::parse_scope(v)
@@ -1212,16 +1272,16 @@ impl Dedup {
     }
 }
 
-/// The size and number of hashes of frontier-core's Bloom filter for `capacity` URLs at
+/// The size and number of hashes of polite-frontier-core's Bloom filter for `capacity` URLs at
 /// false-positive rate `p` (its own sizing, so both filters match bit for bit).
 fn bloom_shape(capacity: u64, p: f64) -> Result<Dedup> {
     let (bits, hashes) =
-        frontier_core::BloomFilter::shape(capacity, p).map_err(FrontierError::DupeFilter)?;
+        polite_frontier_core::BloomFilter::shape(capacity, p).map_err(FrontierError::DupeFilter)?;
     Ok(Dedup::Bloom { bits, hashes })
 }
 
 /// The bit positions of a fingerprint (enhanced double hashing from its first 64 bits,
-/// as frontier-core's `BloomFilter`).
+/// as polite-frontier-core's `BloomFilter`).
 fn bloom_positions(h: u64, m: u64, k: u32) -> impl Iterator<Item = u64> {
     let mut h1 = h;
     let mut h2 = {
@@ -1238,8 +1298,8 @@ fn bloom_positions(h: u64, m: u64, k: u32) -> impl Iterator<Item = u64> {
     })
 }
 
-fn invalid(request: &Request, reason: String) -> frontier_core::InvalidRequest {
-    frontier_core::InvalidRequest::new(&request.url, reason)
+fn invalid(request: &Request, reason: String) -> polite_frontier_core::InvalidRequest {
+    polite_frontier_core::InvalidRequest::new(&request.url, reason)
 }
 
 impl Scheduling for RedisFrontier {

@@ -1,4 +1,4 @@
-//! # store-redis
+//! # polite-store-redis
 //!
 //! One crawl frontier and one politeness budget shared by a fleet of workers through
 //! Redis. Workers on any number of machines open the same crawl and run the usual loop:
@@ -16,20 +16,20 @@
 //!   are delivered again and its concurrency slots come back when they expire;
 //! - the completion, which feeds backoff, recovery, header delays and rampup.
 //!
-//! The script is a port of `throttle-core` and `frontier-core`'s scheduler: the same
-//! timeline gives the same decisions as the in-process [`Frontier`](frontier_core::Frontier)
+//! The script is a port of `polite-throttle-core` and `polite-frontier-core`'s scheduler: the same
+//! timeline gives the same decisions as the in-process [`Frontier`](polite_frontier_core::Frontier)
 //! (checked step by step, to the nanosecond and jitter included, by this crate's
 //! conformance tests). It is loaded once per server as a Redis 7 function library
 //! (`FCALL`), or as a cached script (`EVALSHA`, [`ScriptMode::Eval`]). It implements
-//! [`Scheduling`](frontier_core::Scheduling), so the runtime drivers drive it unchanged.
+//! [`Scheduling`](polite_frontier_core::Scheduling), so the runtime drivers drive it unchanged.
 //!
 //! ```no_run
-//! use frontier_core::{Poll, Request};
-//! use store_redis::{RedisConfig, RedisFrontier, TimeSource};
-//! use throttle_core::{Outcome, ScopeConfig, Settings, Timestamp};
+//! use polite_frontier_core::{Poll, Request};
+//! use polite_store_redis::{RedisConfig, RedisFrontier, TimeSource};
+//! use polite_throttle_core::{Outcome, ScopeConfig, Settings, Timestamp};
 //!
 //! let settings = Settings::default().with_scope("example.com", ScopeConfig::new().delay(2.0));
-//! let config = RedisConfig { time: TimeSource::Server, ..RedisConfig::default() };
+//! let config = RedisConfig::default().time(TimeSource::Server);
 //! let mut frontier = RedisFrontier::open("redis://127.0.0.1/", "news", settings, config)?;
 //!
 //! let now = Timestamp::ZERO; // with TimeSource::Server, only the caller's reference
@@ -74,7 +74,7 @@
 //! by every crawl on the server; with `ScriptMode::Eval` they last one call): they
 //! depend on the name alone, so nothing there can go stale.
 //!
-//! A queued request is frontier-core's `postcard` record (the host left out when it is
+//! A queued request is polite-frontier-core's `postcard` record (the host left out when it is
 //! the group's) behind its order (1 byte for priorities -31..32), its sequence number
 //! (a length byte and 1-6 bytes; descending for LIFO order) and a flags byte: the
 //! sorted set orders a group's requests by priority, start class and sequence. At 5
@@ -93,16 +93,16 @@
 //!
 //! ## N workers on M machines
 //!
-//! Every worker opens the same crawl name on the same server with the same [`Settings`](throttle_core::Settings)
+//! Every worker opens the same crawl name on the same server with the same [`Settings`](polite_throttle_core::Settings)
 //! (the first one stores them; a worker with other settings is refused) and runs its own
-//! loop or driver (`runtime_tokio::DriverFor<RedisFrontier>`, any number of tasks per
+//! loop or driver (`polite_runtime_tokio::DriverFor<RedisFrontier>`, any number of tasks per
 //! process). Use [`TimeSource::Server`] in production. A worker that dies loses
 //! nothing: its leases expire after [`RedisConfig::lease_timeout`] (keep it above your
 //! slowest fetch, or call [`RedisFrontier::extend`]) and go to the others, and the
 //! concurrency slots they held come back. Completions by one worker do not wake the
 //! others: a worker that found everything blocked looks again after
 //! [`RedisConfig::recheck`] (the drivers do this through
-//! [`poll_timeout`](frontier_core::Scheduling::poll_timeout)).
+//! [`poll_timeout`](polite_frontier_core::Scheduling::poll_timeout)).
 //!
 //! ## Several crawls on a Redis Cluster
 //!
@@ -132,8 +132,8 @@
 //!
 //! Damaged values, keys of the wrong type, another layout version, settings that differ
 //! from the crawl's, and connection failures are [`RedisStoreError`]s inside
-//! [`FrontierError::Store`](frontier_core::FrontierError::Store); a payload that does not
-//! decode is [`FrontierError::Corrupt`](frontier_core::FrontierError::Corrupt) naming its
+//! [`FrontierError::Store`](polite_frontier_core::FrontierError::Store); a payload that does not
+//! decode is [`FrontierError::Corrupt`](polite_frontier_core::FrontierError::Corrupt) naming its
 //! lease (complete it to drop it). Nothing panics on bad data. A script error midway
 //! through an operation (a damaged record found late) leaves the writes made before it:
 //! Redis does not roll scripts back.
@@ -148,14 +148,15 @@
 //!   per poll, so the moment can differ from the in-process throttler's, which matters
 //!   only for what rampup learned). `throttling_scope_limit` is not enforced: Redis keeps
 //!   every state that is not idle.
-//! - Only [`Policy::ThrottlingAware`](frontier_core::Policy) is offered. The duplicate
+//! - Only [`Policy::ThrottlingAware`](polite_frontier_core::Policy) is offered. The duplicate
 //!   filter is exact (8 bytes per fingerprint in a Redis set, ~51 bytes of Redis memory),
-//!   a Bloom filter with frontier-core's sizing and bit positions (~1.2 bytes per URL at
+//!   a Bloom filter with polite-frontier-core's sizing and bit positions (~1.2 bytes per URL at
 //!   1%; the same false positives as in-process), or none.
 
 mod error;
 mod frontier;
 mod params;
+#[cfg(feature = "testing")]
 pub mod testing;
 
 pub use error::RedisStoreError;

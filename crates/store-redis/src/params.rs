@@ -1,11 +1,12 @@
 //! What the server-side script needs to know about the settings: each scope's resolved
-//! parameters (throttle-core's `ScopeParams::resolve`) and the few global values it
+//! parameters (polite-throttle-core's `ScopeParams::resolve`) and the few global values it
 //! reads.
 
-use serde_json::{Map, Value, json};
-use throttle_core::{
+use crate::RedisStoreError;
+use polite_throttle_core::{
     Jitter, QueueOrder, ScopeConfig, ScopeKind, ScopeParams, Settings, StartOrder, secs_to_duration,
 };
+use serde_json::{Map, Value, json};
 
 /// The digit a scope kind is stored as: `0` IP, `1` domain, `2` other.
 pub(crate) fn kind_digit(name: &str) -> char {
@@ -28,7 +29,7 @@ fn nanos(d: std::time::Duration) -> u64 {
 }
 
 /// The parameters of a scope of `kind` with configuration `config`, as JSON for the
-/// script: throttle-core's [`ScopeParams::resolve`], field by field; absent options are
+/// script: polite-throttle-core's [`ScopeParams::resolve`], field by field; absent options are
 /// left out (the script reads a missing key as "none").
 pub(crate) fn scope_params(settings: &Settings, kind: ScopeKind, config: &ScopeConfig) -> String {
     let r = ScopeParams::resolve(settings, kind, config);
@@ -74,23 +75,25 @@ pub(crate) fn scope_params(settings: &Settings, kind: ScopeKind, config: &ScopeC
 }
 
 /// The global settings the script reads.
-pub(crate) fn script_settings(settings: &Settings) -> String {
-    json!({
+pub(crate) fn script_settings(settings: &Settings) -> Result<String, RedisStoreError> {
+    Ok(json!({
         "concurrent_requests": settings.concurrent_requests,
         "scheduler_order": match settings.scheduler_order {
             QueueOrder::Lifo => "lifo",
             QueueOrder::Fifo => "fifo",
+            _ => return Err(RedisStoreError::Unsupported("this scheduler_order")),
         },
         "start_order": match settings.start_order {
             StartOrder::Fifo => "fifo",
             StartOrder::Lifo => "lifo",
             StartOrder::Same => "same",
+            _ => return Err(RedisStoreError::Unsupported("this start_order")),
         },
         "throttling_robotstxt_obey": settings.throttling_robotstxt_obey,
         "throttling_robotstxt_max_delay": settings.throttling_robotstxt_max_delay,
         "max_idle_ns": nanos(secs_to_duration(settings.throttling_scope_max_idle)),
     })
-    .to_string()
+    .to_string())
 }
 
 /// Everything `init` stores: (field, JSON) for the three kind defaults (fields `\0` and

@@ -7,7 +7,7 @@
 //! server is an error (CI installs it).
 //!
 //! ```no_run
-//! use store_redis::testing::RedisServer;
+//! use polite_store_redis::testing::RedisServer;
 //!
 //! let Some(server) = RedisServer::start("my_test").unwrap() else { return };
 //! let url = server.url(); // redis://127.0.0.1:PORT/

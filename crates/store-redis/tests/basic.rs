@@ -1,9 +1,9 @@
 //! The Redis frontier's own behaviour: push, poll, leases, errors.
 
-use frontier_core::{FrontierError, Poll, PushOutcome, Request};
-use store_redis::testing::RedisServer;
-use store_redis::{RedisConfig, RedisFrontier, RedisStoreError, ScriptMode, TimeSource};
-use throttle_core::{Outcome, ScopeConfig, Settings, Timestamp};
+use polite_frontier_core::{FrontierError, Poll, PushOutcome, Request};
+use polite_store_redis::testing::RedisServer;
+use polite_store_redis::{RedisConfig, RedisFrontier, RedisStoreError, ScriptMode, TimeSource};
+use polite_throttle_core::{Outcome, ScopeConfig, Settings, Timestamp};
 
 fn t(s: u64) -> Timestamp {
     Timestamp::from_secs(s)
@@ -58,12 +58,12 @@ fn open(
 /// The in-process frontier a Redis one is compared with, on the same settings.
 fn in_process(
     settings: &Settings,
-    frontier: &frontier_core::FrontierConfig,
-) -> frontier_core::Frontier {
-    frontier_core::Frontier::open(
+    frontier: &polite_frontier_core::FrontierConfig,
+) -> polite_frontier_core::Frontier {
+    polite_frontier_core::Frontier::open(
         settings.clone(),
         frontier.clone(),
-        frontier_core::VolatileStore::new(),
+        polite_frontier_core::VolatileStore::new(),
         t(0),
     )
     .unwrap()
@@ -111,10 +111,7 @@ fn expired_leases_are_redelivered_and_free_their_slots() {
     let settings = Settings::default()
         .without_jitter()
         .with_scope("a.com", ScopeConfig::new().concurrency(1));
-    let config = RedisConfig {
-        lease_timeout: std::time::Duration::from_secs(10),
-        ..RedisConfig::default()
-    };
+    let config = RedisConfig::default().lease_timeout(std::time::Duration::from_secs(10));
     let mut a = open(&server, "leases", settings.clone(), config.clone());
     let mut b = open(&server, "leases", settings, config);
     a.push(&Request::get("https://a.com/1"), t(0)).unwrap();
@@ -297,10 +294,7 @@ fn scripts_reload_and_connections_recover() {
     let mut c = conn(&server);
     for mode in [ScriptMode::Function, ScriptMode::Eval] {
         let crawl = format!("reload-{mode:?}");
-        let config = RedisConfig {
-            script: mode,
-            ..RedisConfig::default()
-        };
+        let config = RedisConfig::default().script(mode);
         let mut f = open(
             &server,
             &crawl,
@@ -358,10 +352,7 @@ fn server_time_is_shared_and_mapped_to_the_caller() {
     let settings = Settings::default()
         .without_jitter()
         .with_scope("a.com", ScopeConfig::new().delay(0.3));
-    let config = RedisConfig {
-        time: TimeSource::Server,
-        ..RedisConfig::default()
-    };
+    let config = RedisConfig::default().time(TimeSource::Server);
     let mut f = open(&server, "stime", settings, config);
     // The caller's clock is arbitrary (here: far in the future); the server decides.
     let mine = Timestamp::from_secs(5_000_000);
@@ -391,7 +382,7 @@ fn server_time_is_shared_and_mapped_to_the_caller() {
 
 #[test]
 fn bloom_filter_matches_the_in_process_one_false_positives_included() {
-    use frontier_core::{DupeFilterConfig, FrontierConfig};
+    use polite_frontier_core::{DupeFilterConfig, FrontierConfig};
     let Some(server) = RedisServer::start_or_skip("bloom") else {
         return;
     };
@@ -400,16 +391,10 @@ fn bloom_filter_matches_the_in_process_one_false_positives_included() {
         capacity: 300,
         false_positive_rate: 0.05,
     };
-    let frontier = FrontierConfig {
-        dupefilter,
-        ..FrontierConfig::default()
-    };
+    let frontier = FrontierConfig::default().dupefilter(dupefilter);
     let settings = Settings::default().without_jitter();
     let mut core = in_process(&settings, &frontier);
-    let config = RedisConfig {
-        frontier,
-        ..RedisConfig::default()
-    };
+    let config = RedisConfig::default().frontier(frontier);
     let mut f = open(&server, "bloom", settings.clone(), config);
     let reqs: Vec<Request> = (0..1500)
         .map(|i| Request::get(format!("https://h{}.example/p/{}", i % 900 % 13, i % 900)))
@@ -429,16 +414,12 @@ fn bloom_filter_matches_the_in_process_one_false_positives_included() {
         other => panic!("expected SettingsMismatch, got {other:?}"),
     }
     // An impossible shape is the same error as in-process.
-    let bad = RedisConfig {
-        frontier: FrontierConfig {
-            dupefilter: DupeFilterConfig::Bloom {
-                capacity: 0,
-                false_positive_rate: 0.01,
-            },
-            ..FrontierConfig::default()
+    let bad = RedisConfig::default().frontier(FrontierConfig::default().dupefilter(
+        DupeFilterConfig::Bloom {
+            capacity: 0,
+            false_positive_rate: 0.01,
         },
-        ..RedisConfig::default()
-    };
+    ));
     assert!(matches!(
         RedisFrontier::open(&server.url(), "bloom2", Settings::default(), bad),
         Err(FrontierError::DupeFilter(_))
@@ -550,14 +531,11 @@ fn another_layout_version_is_refused_with_a_clear_error() {
 
 #[test]
 fn batched_pushes_decide_as_pushes_one_at_a_time() {
-    use frontier_core::{DupeFilterConfig, FrontierConfig};
+    use polite_frontier_core::{DupeFilterConfig, FrontierConfig};
     let Some(server) = RedisServer::start_or_skip("batched_push") else {
         return;
     };
-    let settings = Settings {
-        depth_limit: 3,
-        ..Settings::default().without_jitter()
-    };
+    let settings = Settings::default().without_jitter().depth_limit(3);
     // Duplicates inside one script call and across calls, requests that skip the filter,
     // too deep, delayed, start requests, several scopes, unthrottled.
     let mut reqs = Vec::new();
@@ -585,16 +563,9 @@ fn batched_pushes_decide_as_pushes_one_at_a_time() {
     .into_iter()
     .enumerate()
     {
-        let frontier = FrontierConfig {
-            dupefilter,
-            ..FrontierConfig::default()
-        };
+        let frontier = FrontierConfig::default().dupefilter(dupefilter);
         let mut core = in_process(&settings, &frontier);
-        let config = RedisConfig {
-            frontier,
-            push_batch: 13,
-            ..RedisConfig::default()
-        };
+        let config = RedisConfig::default().frontier(frontier).push_batch(13);
         let mut f = open(&server, &format!("batched{n}"), settings.clone(), config);
         let a: Vec<PushOutcome> = reqs.iter().map(|r| core.push(r, t(0)).unwrap()).collect();
         let b = f.push_all(&reqs, t(0)).unwrap();
@@ -695,13 +666,11 @@ fn big_batches_rank_groups_as_single_pushes_would() {
         return;
     };
     let settings = Settings::default().without_jitter();
-    let frontier = frontier_core::FrontierConfig::default();
+    let frontier = polite_frontier_core::FrontierConfig::default();
     let mut core = in_process(&settings, &frontier);
-    let config = RedisConfig {
-        frontier: frontier.clone(),
-        push_batch: 1000,
-        ..RedisConfig::default()
-    };
+    let config = RedisConfig::default()
+        .frontier(frontier.clone())
+        .push_batch(1000);
     let mut f = open(&server, "big", settings.clone(), config);
     let mut c = conn(&server);
     let mut x = 0x2545_F491_4F6C_DD1Du64;
@@ -778,10 +747,7 @@ fn name_records_are_found_past_the_hash_cache() {
     let Some(server) = RedisServer::start_or_skip("hash_cache") else {
         return;
     };
-    let config = RedisConfig {
-        push_batch: 5000,
-        ..RedisConfig::default()
-    };
+    let config = RedisConfig::default().push_batch(5000);
     let mut f = open(&server, "hc", Settings::default(), config);
     let hosts = 20_000;
     for pass in 0..2 {
@@ -808,10 +774,7 @@ fn script_errors_in_a_pipeline_keep_their_type_and_name_the_call() {
     let Some(server) = RedisServer::start_or_skip("pipeline_errors") else {
         return;
     };
-    let config = RedisConfig {
-        push_batch: 1,
-        ..RedisConfig::default()
-    };
+    let config = RedisConfig::default().push_batch(1);
     let mut f = open(&server, "pe", Settings::default(), config);
     let mut c = conn(&server);
     f.push(&Request::get("https://a.com/1"), t(0)).unwrap();
@@ -863,11 +826,9 @@ fn poll_timeout_follows_the_earliest_lease_expiry() {
     let Some(server) = RedisServer::start_or_skip("lease_expiry") else {
         return;
     };
-    let config = RedisConfig {
-        lease_timeout: std::time::Duration::from_secs(10),
-        recheck: std::time::Duration::from_secs(1000),
-        ..RedisConfig::default()
-    };
+    let config = RedisConfig::default()
+        .lease_timeout(std::time::Duration::from_secs(10))
+        .recheck(std::time::Duration::from_secs(1000));
     let mut f = open(&server, "lx", Settings::default().without_jitter(), config);
     for h in ["a", "b", "c"] {
         f.push(&Request::get(format!("https://{h}.com/")), t(0))

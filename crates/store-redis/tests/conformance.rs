@@ -1,5 +1,5 @@
 //! Conformance: the same fake-clock timelines run through the in-process frontier
-//! (`frontier_core::Frontier`, which owns `throttle_core::Throttler`) and through the Redis
+//! (`polite_frontier_core::Frontier`, which owns `polite_throttle_core::Throttler`) and through the Redis
 //! frontier must produce identical decisions, step by step: push outcomes and lease ids,
 //! what each poll hands out (or `NotUntil(t)` / `Blocked` / `Empty`), completions and
 //! retries, Crawl-delay decisions, and every touched scope's state (delay, backoff level,
@@ -11,10 +11,10 @@
 
 use std::sync::OnceLock;
 
-use frontier_core::{Frontier, FrontierConfig, LeaseId, Poll, PushOutcome, Request};
-use store_redis::testing::RedisServer;
-use store_redis::{RedisConfig, RedisFrontier, RedisScopeStats, ScriptMode};
-use throttle_core::{
+use polite_frontier_core::{Frontier, FrontierConfig, LeaseId, Poll, PushOutcome, Request};
+use polite_store_redis::testing::RedisServer;
+use polite_store_redis::{RedisConfig, RedisFrontier, RedisScopeStats, ScriptMode};
+use polite_throttle_core::{
     BackoffConfig, BackoffTarget, Jitter, Outcome, QueueOrder, QuotaReconcile, RampupConfig,
     ScopeConfig, ScopeStats, Settings, StartOrder, Timestamp,
 };
@@ -22,7 +22,7 @@ use throttle_core::{
 fn server() -> Option<&'static RedisServer> {
     static SERVER: OnceLock<Option<RedisServer>> = OnceLock::new();
     SERVER
-        .get_or_init(|| RedisServer::start_or_skip("store-redis conformance"))
+        .get_or_init(|| RedisServer::start_or_skip("polite-store-redis conformance"))
         .as_ref()
 }
 
@@ -146,16 +146,14 @@ fn run_both_with(
     let mut core = Frontier::open(
         settings.clone(),
         FrontierConfig::default(),
-        frontier_core::VolatileStore::new(),
+        polite_frontier_core::VolatileStore::new(),
         start,
     )
     .unwrap();
     // Leases never expire here: the in-process frontier redelivers only on reopen.
-    let config = RedisConfig {
-        lease_timeout: std::time::Duration::from_secs(86_400 * 30),
-        script,
-        ..RedisConfig::default()
-    };
+    let config = RedisConfig::default()
+        .lease_timeout(std::time::Duration::from_secs(86_400 * 30))
+        .script(script);
     let mut redis = RedisFrontier::open(&server.url(), &crawl_name(), settings, config).unwrap();
     let mut now = start;
     let mut last_until = None;
@@ -485,14 +483,11 @@ fn rampup_crawl_delay_and_live_changes() {
     let mut s = base()
         .with_scope(
             "r.com",
-            ScopeConfig::new()
-                .delay(1.0)
-                .max_concurrency(4)
-                .rampup(RampupConfig {
-                    backoff_target: Some(BackoffTarget { low: 1, high: 2 }),
-                    min_delay: Some(0.1),
-                    ..Default::default()
-                }),
+            ScopeConfig::new().delay(1.0).max_concurrency(4).rampup(
+                RampupConfig::default()
+                    .backoff_target(BackoffTarget { low: 1, high: 2 })
+                    .min_delay(0.1),
+            ),
         )
         .with_scope("k.com", ScopeConfig::new().delay(0.2).concurrency(4))
         .with_scope(
@@ -575,10 +570,9 @@ fn random_settings(rng: &mut Rng, jitter: bool) -> Settings {
     s.with_scope("a.com", ScopeConfig::new().delay(1.0).concurrency(2))
         .with_scope(
             "b.com",
-            ScopeConfig::new().delay(0.4).rampup(RampupConfig {
-                min_delay: Some(0.05),
-                ..Default::default()
-            }),
+            ScopeConfig::new()
+                .delay(0.4)
+                .rampup(RampupConfig::default().min_delay(0.05)),
         )
         .with_scope(
             "api",
@@ -586,11 +580,11 @@ fn random_settings(rng: &mut Rng, jitter: bool) -> Settings {
         )
         .with_scope(
             "c.com",
-            ScopeConfig::new().delay(0.25).backoff(BackoffConfig {
-                http_codes: Some(vec![500, 429]),
-                delay_factor: Some(3.0),
-                ..Default::default()
-            }),
+            ScopeConfig::new().delay(0.25).backoff(
+                BackoffConfig::default()
+                    .http_codes(vec![500, 429])
+                    .delay_factor(3.0),
+            ),
         )
 }
 

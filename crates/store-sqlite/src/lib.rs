@@ -1,4 +1,4 @@
-//! # store-sqlite
+//! # polite-store-sqlite
 //!
 //! The embedded default store of the crawl frontier: one SQLite file (the library is
 //! bundled, no system package needed), WAL mode, prepared cached statements and batched
@@ -8,9 +8,9 @@
 //! delays and saved throttle scope states.
 //!
 //! ```
-//! use frontier_core::{Frontier, FrontierConfig, Poll, Request};
-//! use store_sqlite::{SqliteOptions, SqliteStore};
-//! use throttle_core::{Outcome, Settings, Timestamp};
+//! use polite_frontier_core::{Frontier, FrontierConfig, Poll, Request};
+//! use polite_store_sqlite::{SqliteOptions, SqliteStore};
+//! use polite_throttle_core::{Outcome, Settings, Timestamp};
 //!
 //! let dir = tempfile::tempdir()?;
 //! let path = dir.path().join("crawl.sqlite3");
@@ -46,13 +46,13 @@
 //!                        priority INTEGER NOT NULL,                            -- effective (after depth_priority)
 //!                        start INTEGER NOT NULL,                               -- 1 for start requests
 //!                        not_before INTEGER,                                   -- per-request delay, ns since the crawl's epoch
-//!                        payload BLOB NOT NULL);                               -- frontier-core's compact record
+//!                        payload BLOB NOT NULL);                               -- polite-frontier-core's compact record
 //! CREATE TABLE acks     (id INTEGER PRIMARY KEY, seqs TEXT NOT NULL);          -- JSON array per commit: requests acknowledged (or
 //!                                                                              --   retried under a new seq) whose rows are still there
 //! CREATE TABLE leases   (id INTEGER PRIMARY KEY, seqs TEXT NOT NULL);          -- JSON array per commit: requests handed out since the frontier opened
 //! CREATE TABLE seen     (id INTEGER PRIMARY KEY, fps BLOB NOT NULL);           -- first 64 bits of fingerprints, big-endian, 8 bytes each
 //! CREATE TABLE callbacks   (id INTEGER PRIMARY KEY, name TEXT NOT NULL);
-//! CREATE TABLE scope_states(scope TEXT PRIMARY KEY, state TEXT NOT NULL);      -- JSON of throttle_core::ScopeSnapshot
+//! CREATE TABLE scope_states(scope TEXT PRIMARY KEY, state TEXT NOT NULL);      -- JSON of polite_throttle_core::ScopeSnapshot
 //! CREATE TABLE meta        (key TEXT PRIMARY KEY, value);                      -- next_seq
 //! CREATE INDEX requests_by_group ON requests (grp, priority DESC, seq);      -- only with SqliteOptions::group_index
 //! CREATE VIEW acked (seq)  AS ...;  -- the acks arrays, one row per sequence number
@@ -113,9 +113,9 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use frontier_core::{Durability, EntryMeta, Fingerprint, RecoveryVisitor, Store};
+use polite_frontier_core::{Durability, EntryMeta, Fingerprint, RecoveryVisitor, Store};
+use polite_throttle_core::{ScopeSnapshot, Timestamp};
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
-use throttle_core::{ScopeSnapshot, Timestamp};
 
 mod schema;
 mod seqs;
@@ -129,6 +129,7 @@ pub const APPLICATION_ID: i64 = 0x4652_4f4e;
 
 /// Options of a [`SqliteStore`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SqliteOptions {
     /// When changes become durable (default: group commit, see [`Durability`]).
     pub durability: Durability,
@@ -155,6 +156,33 @@ impl Default for SqliteOptions {
             compact_after: 4096,
             group_index: false,
         }
+    }
+}
+
+impl SqliteOptions {
+    /// Sets when changes become durable.
+    #[must_use]
+    pub fn durability(mut self, value: Durability) -> Self {
+        self.durability = value;
+        self
+    }
+    /// Sets whether `PRAGMA quick_check` runs when opening.
+    #[must_use]
+    pub fn verify_on_open(mut self, value: bool) -> Self {
+        self.verify_on_open = value;
+        self
+    }
+    /// Sets how many acknowledged rows stay before deletions start.
+    #[must_use]
+    pub fn compact_after(mut self, value: u32) -> Self {
+        self.compact_after = value;
+        self
+    }
+    /// Sets whether the `requests_by_group` index is kept.
+    #[must_use]
+    pub fn group_index(mut self, value: bool) -> Self {
+        self.group_index = value;
+        self
     }
 }
 
@@ -1029,7 +1057,7 @@ impl Store for SqliteStore {
         if self.leased.insert(seq) {
             self.new_leases.push(seq);
         }
-        // A lease mark never starts a batched commit (as in store-fs): it goes with the
+        // A lease mark never starts a batched commit (as in polite-store-fs): it goes with the
         // next one, and its loss loses no request, only a redelivery count. It is written
         // by a poll after the request's send was allowed at the poll's time, so a commit
         // here (an fsync, at times seconds long) would send the request that much later

@@ -1,15 +1,15 @@
-//! store-sqlite: the conformance suite, bad files, locking, and a model-based property
+//! polite-store-sqlite: the conformance suite, bad files, locking, and a model-based property
 //! test against the in-memory reference store.
 
 use std::path::{Path, PathBuf};
 
-use frontier_core::conformance::Harness;
-use frontier_core::{
+use polite_frontier_core::conformance::Harness;
+use polite_frontier_core::{
     Durability, EntryMeta, Fingerprint, MemoryStore, RecoveryVisitor, Store, fingerprint,
 };
+use polite_store_sqlite::{SqliteError, SqliteOptions, SqliteStore};
+use polite_throttle_core::{ScopeSnapshot, Timestamp};
 use proptest::prelude::*;
-use store_sqlite::{SqliteError, SqliteOptions, SqliteStore};
-use throttle_core::{ScopeSnapshot, Timestamp};
 
 struct Sqlite {
     dirs: Vec<tempfile::TempDir>,
@@ -22,10 +22,7 @@ impl Sqlite {
         Sqlite {
             dirs: Vec::new(),
             path: PathBuf::new(),
-            options: SqliteOptions {
-                durability,
-                ..SqliteOptions::default()
-            },
+            options: SqliteOptions::default().durability(durability),
         }
     }
 }
@@ -58,17 +55,21 @@ impl Harness for Sqlite {
 }
 
 mod batched {
-    frontier_core::store_conformance_tests!(super::Sqlite::new(
-        frontier_core::Durability::default()
+    polite_frontier_core::store_conformance_tests!(super::Sqlite::new(
+        polite_frontier_core::Durability::default()
     ));
 }
 
 mod every_op {
-    frontier_core::store_conformance_tests!(super::Sqlite::new(frontier_core::Durability::EveryOp));
+    polite_frontier_core::store_conformance_tests!(super::Sqlite::new(
+        polite_frontier_core::Durability::EveryOp
+    ));
 }
 
 mod on_close {
-    frontier_core::store_conformance_tests!(super::Sqlite::new(frontier_core::Durability::OnClose));
+    polite_frontier_core::store_conformance_tests!(super::Sqlite::new(
+        polite_frontier_core::Durability::OnClose
+    ));
 }
 
 fn temp_db() -> (tempfile::TempDir, PathBuf) {
@@ -116,16 +117,16 @@ fn a_damaged_database_page_is_a_clear_error() {
     let (_dir, path) = temp_db();
     {
         let store = open(&path).unwrap();
-        let mut f = frontier_core::Frontier::open(
-            throttle_core::Settings::default(),
-            frontier_core::FrontierConfig::default(),
+        let mut f = polite_frontier_core::Frontier::open(
+            polite_throttle_core::Settings::default(),
+            polite_frontier_core::FrontierConfig::default(),
             store,
             Timestamp::ZERO,
         )
         .unwrap();
         for i in 0..2000 {
             f.push(
-                &frontier_core::Request::get(format!("https://a.com/{i}")),
+                &polite_frontier_core::Request::get(format!("https://a.com/{i}")),
                 Timestamp::ZERO,
             )
             .unwrap();
@@ -143,20 +144,14 @@ fn a_damaged_database_page_is_a_clear_error() {
         *b = 0xa5;
     }
     std::fs::write(&path, &bytes).unwrap();
-    let result = SqliteStore::open(
-        &path,
-        SqliteOptions {
-            verify_on_open: true,
-            ..SqliteOptions::default()
-        },
-    );
+    let result = SqliteStore::open(&path, SqliteOptions::default().verify_on_open(true));
     let err = result.unwrap_err();
     assert!(matches!(err, SqliteError::Corrupt { .. }), "{err}");
     // Without the up-front check the damage surfaces on recovery, as an error.
     let store = open(&path).unwrap();
-    let opened = frontier_core::Frontier::open(
-        throttle_core::Settings::default(),
-        frontier_core::FrontierConfig::default(),
+    let opened = polite_frontier_core::Frontier::open(
+        polite_throttle_core::Settings::default(),
+        polite_frontier_core::FrontierConfig::default(),
         store,
         Timestamp::ZERO,
     );
@@ -171,7 +166,7 @@ fn a_newer_schema_is_refused() {
     let (_dir, path) = temp_db();
     drop(open(&path).unwrap());
     let conn = rusqlite::Connection::open(&path).unwrap();
-    let newer = store_sqlite::SCHEMA_VERSION + 1;
+    let newer = polite_store_sqlite::SCHEMA_VERSION + 1;
     conn.pragma_update(None, "user_version", newer).unwrap();
     drop(conn);
     let err = open(&path).unwrap_err();
@@ -180,7 +175,7 @@ fn a_newer_schema_is_refused() {
             err,
             SqliteError::NewerSchema {
                 found,
-                supported: store_sqlite::SCHEMA_VERSION,
+                supported: polite_store_sqlite::SCHEMA_VERSION,
                 ..
             } if found == newer
         ),
@@ -341,7 +336,7 @@ proptest! {
         let (_dir, path) = temp_db();
         // Small thresholds make acknowledged rows go in (partial) compaction passes.
         let durability = if every_op { Durability::EveryOp } else { Durability::default() };
-        let options = SqliteOptions { compact_after, durability, ..SqliteOptions::default() };
+        let options = SqliteOptions::default().compact_after(compact_after).durability(durability);
         let open = |path: &Path| SqliteStore::open(path, options);
         let mut sqlite = open(&path).unwrap();
         let mut model = MemoryStore::new();
@@ -481,7 +476,7 @@ fn a_version_1_file_is_migrated() {
     let version: i64 = c
         .pragma_query_value(None, "user_version", |r| r.get(0))
         .unwrap();
-    assert_eq!(version, store_sqlite::SCHEMA_VERSION);
+    assert_eq!(version, polite_store_sqlite::SCHEMA_VERSION);
     let pending: i64 = c
         .query_row("SELECT count(*) FROM pending", [], |r| r.get(0))
         .unwrap();
@@ -493,10 +488,7 @@ fn a_version_1_file_is_migrated() {
 #[test]
 fn the_group_index_serves_the_next_request_of_a_host() {
     let (_dir, path) = temp_db();
-    let with = SqliteOptions {
-        group_index: true,
-        ..SqliteOptions::default()
-    };
+    let with = SqliteOptions::default().group_index(true);
     let plan = |store: &SqliteStore| -> String {
         let c = store.connection();
         let mut s = c
@@ -539,12 +531,9 @@ fn the_group_index_serves_the_next_request_of_a_host() {
 }
 
 mod with_group_index {
-    frontier_core::store_conformance_tests!(super::Sqlite {
-        options: store_sqlite::SqliteOptions {
-            group_index: true,
-            ..store_sqlite::SqliteOptions::default()
-        },
-        ..super::Sqlite::new(frontier_core::Durability::default())
+    polite_frontier_core::store_conformance_tests!(super::Sqlite {
+        options: polite_store_sqlite::SqliteOptions::default().group_index(true),
+        ..super::Sqlite::new(polite_frontier_core::Durability::default())
     });
 }
 
@@ -554,13 +543,10 @@ mod with_group_index {
 #[test]
 fn a_lease_mark_waits_for_the_next_commit() {
     let (_dir, path) = temp_db();
-    let options = SqliteOptions {
-        durability: Durability::Batched {
-            max_ops: 1000,
-            max_delay: std::time::Duration::from_millis(1),
-        },
-        ..SqliteOptions::default()
-    };
+    let options = SqliteOptions::default().durability(Durability::Batched {
+        max_ops: 1000,
+        max_delay: std::time::Duration::from_millis(1),
+    });
     let mut store = SqliteStore::open(&path, options).unwrap();
     store.recover(&mut Replay::default()).unwrap();
     let meta = EntryMeta {

@@ -1,7 +1,7 @@
 //! The decision loop on a simulated clock: three sites, one of them rate-limited, one
 //! with a robots.txt Crawl-delay, and a shared cost budget.
 //!
-//!     cargo run -p throttle-core --example decision_loop [-- --trace]
+//!     cargo run -p polite-throttle-core --example decision_loop [-- --trace]
 //!
 //! Hours of crawl time run in milliseconds of CPU because the clock is simulated: the loop
 //! jumps straight to the next instant at which something can happen (a response arrives
@@ -12,7 +12,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::time::Instant;
 
-use throttle_core::{
+use polite_throttle_core::{
     BackoffConfig, NotReady, Outcome, Permit, RampupConfig, ScopeConfig, ScopeUse, Settings,
     Throttler, Timestamp,
 };
@@ -59,34 +59,29 @@ struct InFlight {
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let trace = std::env::args().any(|a| a == "--trace");
-    let settings = Settings {
-        seed: 7,
-        ..Settings::default()
-    }
-    .with_scope(
-        "books.example.com",
-        ScopeConfig::new().delay(0.5).concurrency(2),
-    )
-    .with_scope(
-        "api.example.com",
-        ScopeConfig::new()
-            .delay(1.0)
-            .max_concurrency(4)
-            .rampup(RampupConfig::default()),
-    )
-    // A budget of 40 cost units a minute. Its own backoff codes are empty: a 429 slows the
-    // API host down, not the budget.
-    .with_scope(
-        "cost",
-        ScopeConfig::new()
-            .concurrency(0)
-            .quota(40.0)
-            .window(60.0)
-            .backoff(BackoffConfig {
-                http_codes: Some(vec![]),
-                ..Default::default()
-            }),
-    );
+    let settings = Settings::default()
+        .seed(7)
+        .with_scope(
+            "books.example.com",
+            ScopeConfig::new().delay(0.5).concurrency(2),
+        )
+        .with_scope(
+            "api.example.com",
+            ScopeConfig::new()
+                .delay(1.0)
+                .max_concurrency(4)
+                .rampup(RampupConfig::default()),
+        )
+        // A budget of 40 cost units a minute. Its own backoff codes are empty: a 429 slows the
+        // API host down, not the budget.
+        .with_scope(
+            "cost",
+            ScopeConfig::new()
+                .concurrency(0)
+                .quota(40.0)
+                .window(60.0)
+                .backoff(BackoffConfig::default().http_codes(vec![])),
+        );
     let mut throttler = Throttler::new(settings, Timestamp::ZERO)?;
     // As if robots.txt of slow.example.com said "Crawl-delay: 2".
     throttler.handle_crawl_delay("slow.example.com", 2.0, Timestamp::ZERO)?;

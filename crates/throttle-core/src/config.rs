@@ -7,7 +7,7 @@
 //!
 //! ```
 //! # #[cfg(feature = "serde")] {
-//! use throttle_core::Settings;
+//! use polite_throttle_core::Settings;
 //!
 //! let settings: Settings = serde_json::from_str(r#"{
 //!     "download_delay": 0.5,
@@ -32,8 +32,105 @@ use alloc::string::{String, ToString};
 use alloc::vec;
 use alloc::vec::Vec;
 use core::fmt;
+use core::time::Duration;
 
 use crate::rng::JitterRng;
+
+/// A length of time given to a setter: a number of seconds (`0.5`, `2`) or a
+/// [`Duration`]. Settings keep seconds as `f64`, Scrapy's unit.
+///
+/// ```
+/// use core::time::Duration;
+/// use polite_throttle_core::{ScopeConfig, Settings};
+///
+/// let a = Settings::default().download_delay(0.25);
+/// let b = Settings::default().download_delay(Duration::from_millis(250));
+/// assert_eq!(a, b);
+/// let scope = ScopeConfig::new().delay(2).window(Duration::from_secs(60));
+/// assert_eq!(scope.delay, Some(2.0));
+/// ```
+pub trait Seconds {
+    /// The value in seconds.
+    fn seconds(self) -> f64;
+}
+
+impl Seconds for f64 {
+    fn seconds(self) -> f64 {
+        self
+    }
+}
+
+impl Seconds for f32 {
+    fn seconds(self) -> f64 {
+        f64::from(self)
+    }
+}
+
+impl Seconds for i32 {
+    fn seconds(self) -> f64 {
+        f64::from(self)
+    }
+}
+
+impl Seconds for u32 {
+    fn seconds(self) -> f64 {
+        f64::from(self)
+    }
+}
+
+impl Seconds for u64 {
+    fn seconds(self) -> f64 {
+        self as f64
+    }
+}
+
+impl Seconds for Duration {
+    fn seconds(self) -> f64 {
+        self.as_secs_f64()
+    }
+}
+
+/// Chained setters, one per field: `field(value)` sets it and returns the value.
+/// `secs` fields take any [`Seconds`]; `opt` fields are `Option`s set to `Some`.
+macro_rules! setters {
+    ($ty:ident { $($kind:ident $field:ident: $t:ty => $doc:literal;)* }) => {
+        impl $ty {
+            $(setters!(@one $kind $field: $t => $doc);)*
+        }
+    };
+    (@one plain $field:ident: $t:ty => $doc:literal) => {
+        #[doc = $doc]
+        #[must_use]
+        pub fn $field(mut self, value: $t) -> Self {
+            self.$field = value;
+            self
+        }
+    };
+    (@one secs $field:ident: $t:ty => $doc:literal) => {
+        #[doc = $doc]
+        #[must_use]
+        pub fn $field(mut self, value: impl Seconds) -> Self {
+            self.$field = value.seconds();
+            self
+        }
+    };
+    (@one opt $field:ident: $t:ty => $doc:literal) => {
+        #[doc = $doc]
+        #[must_use]
+        pub fn $field(mut self, value: $t) -> Self {
+            self.$field = Some(value);
+            self
+        }
+    };
+    (@one optsecs $field:ident: $t:ty => $doc:literal) => {
+        #[doc = $doc]
+        #[must_use]
+        pub fn $field(mut self, value: impl Seconds) -> Self {
+            self.$field = Some(value.seconds());
+            self
+        }
+    };
+}
 
 /// Random variation applied to a delay each time it is used.
 ///
@@ -132,6 +229,11 @@ impl BackoffTarget {
     pub const fn exactly(n: u32) -> Self {
         BackoffTarget { low: n, high: n }
     }
+
+    /// A target of `low` to `high` triggers per window.
+    pub const fn range(low: u32, high: u32) -> Self {
+        BackoffTarget { low, high }
+    }
 }
 
 impl Default for BackoffTarget {
@@ -144,6 +246,7 @@ impl Default for BackoffTarget {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
+#[non_exhaustive]
 pub enum QueueOrder {
     /// Last in, first out: depth-first crawling (Scrapy's default).
     #[default]
@@ -156,6 +259,7 @@ pub enum QueueOrder {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
+#[non_exhaustive]
 pub enum StartOrder {
     /// In the order they were pushed (the default).
     #[default]
@@ -170,6 +274,7 @@ pub enum StartOrder {
 #[derive(Clone, Debug, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+#[non_exhaustive]
 pub struct BackoffConfig {
     /// Response statuses that trigger backoff.
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
@@ -195,6 +300,7 @@ pub struct BackoffConfig {
 #[derive(Clone, Debug, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+#[non_exhaustive]
 pub struct RampupConfig {
     /// Overrides `rampup_backoff_target` for this scope.
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
@@ -226,6 +332,7 @@ pub enum Rampup {
 #[derive(Clone, Debug, Default, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+#[non_exhaustive]
 pub struct ScopeConfig {
     /// Requests in flight at once; 0 means unlimited. Default by scope kind.
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
@@ -259,6 +366,29 @@ pub struct ScopeConfig {
     pub ignore_robots_txt: bool,
 }
 
+setters!(BackoffConfig {
+    opt http_codes: Vec<u16> => "Sets the statuses that trigger backoff in this scope.";
+    opt delay_factor: f64 => "Sets the multiplier per backoff step (> 1).";
+    optsecs max_delay: f64 => "Sets the backoff ceiling (seconds or a [`Duration`]).";
+    optsecs min_delay: f64 => "Sets the first backoff step (seconds or a [`Duration`]).";
+    opt jitter: Jitter => "Sets the jitter on send spacing while backing off.";
+});
+
+impl BackoffConfig {
+    /// Sets the error kinds that trigger backoff in this scope.
+    #[must_use]
+    pub fn exceptions<S: Into<String>>(mut self, kinds: impl IntoIterator<Item = S>) -> Self {
+        self.exceptions = Some(kinds.into_iter().map(Into::into).collect());
+        self
+    }
+}
+
+setters!(RampupConfig {
+    opt backoff_target: BackoffTarget => "Sets the backoff triggers per window to aim for.";
+    opt delay_factor: f64 => "Sets the multiplier of the delay per rampup step, in (0, 1).";
+    optsecs min_delay: f64 => "Sets the delay rampup never goes below (seconds or a [`Duration`]).";
+});
+
 impl Rampup {
     /// `true` when rampup is disabled.
     pub fn is_off(&self) -> bool {
@@ -286,9 +416,9 @@ impl ScopeConfig {
         self.max_concurrency = Some(n);
         self
     }
-    /// Sets the base `delay` in seconds.
-    pub fn delay(mut self, secs: f64) -> Self {
-        self.delay = Some(secs);
+    /// Sets the base `delay` (seconds or a [`Duration`]).
+    pub fn delay(mut self, secs: impl Seconds) -> Self {
+        self.delay = Some(secs.seconds());
         self
     }
     /// Sets the `jitter`.
@@ -301,9 +431,9 @@ impl ScopeConfig {
         self.quota = Some(quota);
         self
     }
-    /// Sets the quota `window` in seconds.
-    pub fn window(mut self, secs: f64) -> Self {
-        self.window = Some(secs);
+    /// Sets the quota `window` (seconds or a [`Duration`]).
+    pub fn window(mut self, secs: impl Seconds) -> Self {
+        self.window = Some(secs.seconds());
         self
     }
     /// Enables rampup with these parameters.
@@ -327,6 +457,7 @@ impl ScopeConfig {
 #[derive(Clone, Debug, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
+#[non_exhaustive]
 pub struct Settings {
     /// Global cap on requests in flight (≥ 1).
     pub concurrent_requests: u32,
@@ -420,7 +551,50 @@ impl Default for Settings {
     }
 }
 
+setters!(Settings {
+    plain concurrent_requests: u32 => "Sets the global cap on requests in flight (>= 1).";
+    plain concurrent_requests_per_domain: u32 => "Sets the default concurrency of domain scopes (0 = unlimited).";
+    plain concurrent_requests_per_ip: u32 => "Sets the default concurrency of IP scopes.";
+    plain throttling_scope_concurrency: u32 => "Sets the default concurrency of other named scopes (0 = unlimited).";
+    secs download_delay: f64 => "Sets the base delay of scopes without their own (seconds or a [`Duration`]).";
+    plain randomize_download_delay: Jitter => "Sets the default jitter on base delays.";
+    plain backoff_delay_factor: f64 => "Sets the multiplier per backoff step (> 1).";
+    secs backoff_min_delay: f64 => "Sets the first backoff step and floor while backing off.";
+    secs backoff_max_delay: f64 => "Sets the backoff ceiling and the cap on header delays.";
+    plain backoff_jitter: Jitter => "Sets the jitter on send spacing while backing off.";
+    secs backoff_window: f64 => "Sets the quiet time per recovery step, also the rampup window.";
+    plain rampup_backoff_target: BackoffTarget => "Sets the backoff triggers per window rampup aims for.";
+    secs throttling_window: f64 => "Sets the default quota window.";
+    plain throttling_scope_limit: u32 => "Sets the most scope states kept in memory (0 = unbounded).";
+    secs throttling_scope_max_idle: f64 => "Sets how long an idle scope state is kept (0 = forever).";
+    plain throttling_robotstxt_obey: bool => "Sets whether reported robots.txt Crawl-delays apply.";
+    secs throttling_robotstxt_max_delay: f64 => "Sets the cap on Crawl-delay.";
+    plain delayed_requests_warn_threshold: u32 => "Sets the number of held-back requests that triggers a warning.";
+    plain depth_priority: i32 => "Sets `priority -= depth * depth_priority`.";
+    plain depth_limit: u32 => "Sets the depth beyond which requests are dropped (0 = no limit).";
+    plain scheduler_order: QueueOrder => "Sets the order within a priority for non-start requests.";
+    plain start_order: StartOrder => "Sets the order within a priority for start requests.";
+    plain seed: u64 => "Sets the seed of the jitter random generator.";
+});
+
 impl Settings {
+    /// Sets the statuses that trigger backoff.
+    #[must_use]
+    pub fn backoff_http_codes(mut self, codes: impl IntoIterator<Item = u16>) -> Self {
+        self.backoff_http_codes = codes.into_iter().collect();
+        self
+    }
+
+    /// Sets the error kinds that trigger backoff.
+    #[must_use]
+    pub fn backoff_exceptions<S: Into<String>>(
+        mut self,
+        kinds: impl IntoIterator<Item = S>,
+    ) -> Self {
+        self.backoff_exceptions = kinds.into_iter().map(Into::into).collect();
+        self
+    }
+
     /// Adds (or replaces) the configuration of one scope.
     pub fn with_scope(mut self, name: impl Into<String>, config: ScopeConfig) -> Self {
         self.scopes.insert(name.into(), config);
@@ -922,10 +1096,7 @@ mod tests {
         assert_eq!(s.scopes["a"].rampup, Rampup::On(RampupConfig::default()));
         assert_eq!(
             s.scopes["b"].rampup,
-            Rampup::On(RampupConfig {
-                delay_factor: Some(0.25),
-                ..Default::default()
-            })
+            Rampup::On(RampupConfig::default().delay_factor(0.25))
         );
         assert_eq!(s.scopes["c"].rampup, Rampup::Off);
         let err = serde_json::from_str::<Settings>(r#"{"scopes": {"a": {"rampup": {"x": 1}}}}"#)

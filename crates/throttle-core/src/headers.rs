@@ -18,7 +18,7 @@
 //!
 //! ```
 //! use core::time::Duration;
-//! use throttle_core::{header_delay, Timestamp};
+//! use polite_throttle_core::{header_delay, Timestamp};
 //!
 //! let wall = Timestamp::from_secs(784_111_777); // Sun, 06 Nov 1994 08:49:37 GMT
 //! let headers = [
@@ -218,7 +218,7 @@ const LONG_DAYS: [&[u8]; 7] = [
 /// - obsolete asctime: `Sun Nov  6 08:49:37 1994`
 ///
 /// ```
-/// use throttle_core::parse_http_date;
+/// use polite_throttle_core::parse_http_date;
 ///
 /// assert_eq!(parse_http_date(b"Sun, 06 Nov 1994 08:49:37 GMT"), Some(784_111_777));
 /// assert_eq!(parse_http_date(b"Sunday, 06-Nov-94 08:49:37 GMT"), Some(784_111_777));

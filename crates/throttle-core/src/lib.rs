@@ -1,4 +1,4 @@
-//! # throttle-core
+//! # polite-throttle-core
 //!
 //! The politeness engine of a crawler or rate-limited API client, as pure logic: it decides
 //! when a request to a set of *scopes* (a host, an IP, an API, a cost budget) may go out,
@@ -16,7 +16,7 @@
 //!
 //! ```
 //! use core::time::Duration;
-//! use throttle_core::{FakeClock, NotReady, Outcome, ScopeConfig, Settings, Throttler, Timestamp};
+//! use polite_throttle_core::{FakeClock, NotReady, Outcome, ScopeConfig, Settings, Throttler, Timestamp};
 //!
 //! let settings = Settings::default()
 //!     .without_jitter()
@@ -48,7 +48,7 @@
 //! );
 //! let stats = throttler.scope_stats("example.com", clock.now()).unwrap();
 //! assert_eq!((stats.level, stats.delay), (1, 2.0));
-//! # Ok::<(), throttle_core::ConfigError>(())
+//! # Ok::<(), polite_throttle_core::ConfigError>(())
 //! ```
 //!
 //! A runtime adapter turns this into waiting: on `NotUntil(t)` it sleeps until `t`, on
@@ -68,7 +68,7 @@
 //!
 //! Without default features the crate is `#![no_std]` + `alloc`.
 #![no_std]
-#![cfg_attr(docsrs, feature(doc_auto_cfg))]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 extern crate alloc;
 #[cfg(any(feature = "std", test))]
@@ -99,7 +99,7 @@ mod waiters;
 
 pub use config::{
     BackoffConfig, BackoffTarget, ConfigError, Jitter, QueueOrder, Rampup, RampupConfig,
-    ScopeConfig, Settings, StartOrder,
+    ScopeConfig, Seconds, Settings, StartOrder,
 };
 pub use headers::{
     header_delay, parse_http_date, parse_ratelimit, parse_ratelimit_reset, parse_retry_after,

@@ -9,7 +9,7 @@ use crate::time::Timestamp;
 /// The result of a request, reported when its permit is released.
 ///
 /// ```
-/// use throttle_core::{Outcome, Timestamp};
+/// use polite_throttle_core::{Outcome, Timestamp};
 ///
 /// let ok = Outcome::status(200);
 /// let limited = Outcome::response(429, [("Retry-After", "7")], None);
@@ -18,6 +18,7 @@ use crate::time::Timestamp;
 /// # let _ = (ok, limited, failed, dropped);
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum Outcome<'a> {
     /// A response arrived.
     Response {

@@ -40,7 +40,7 @@ impl ScopeKind {
     /// Classifies a scope name.
     ///
     /// ```
-    /// use throttle_core::ScopeKind;
+    /// use polite_throttle_core::ScopeKind;
     ///
     /// assert_eq!(ScopeKind::of("10.0.0.1:8080"), ScopeKind::Ip);
     /// assert_eq!(ScopeKind::of("[::1]:443"), ScopeKind::Ip);
@@ -145,7 +145,7 @@ pub struct RampupParams {
 
 /// A scope's configuration resolved against the global settings: what a fresh state of
 /// that scope starts from. The throttler resolves its scopes this way; code that runs
-/// the same rules elsewhere (store-redis's server-side script) reads them from here.
+/// the same rules elsewhere (polite-store-redis's server-side script) reads them from here.
 #[derive(Clone, Debug)]
 #[non_exhaustive]
 pub struct ScopeParams {

@@ -69,11 +69,28 @@ pub struct ScopeHint {
 
 /// Per-request switches that change how the throttler treats it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct RequestFlags {
     /// Its outcome never triggers backoff (login flows, one-off calls).
     pub dont_track: bool,
     /// Bypasses every gate, and is not counted anywhere.
     pub dont_throttle: bool,
+}
+
+impl RequestFlags {
+    /// Sets `dont_track`.
+    #[must_use]
+    pub const fn dont_track(mut self, yes: bool) -> Self {
+        self.dont_track = yes;
+        self
+    }
+
+    /// Sets `dont_throttle`.
+    #[must_use]
+    pub const fn dont_throttle(mut self, yes: bool) -> Self {
+        self.dont_throttle = yes;
+        self
+    }
 }
 
 /// Why a request cannot go now.

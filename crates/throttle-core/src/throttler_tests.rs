@@ -111,10 +111,7 @@ fn global_cap_and_dont_throttle() {
     }
     assert_eq!(acquire(&mut t, "other.com", 0.0), Err(NotReady::Blocked));
     // dont_throttle bypasses every gate and is not counted.
-    let flags = RequestFlags {
-        dont_throttle: true,
-        ..Default::default()
-    };
+    let flags = RequestFlags::default().dont_throttle(true);
     let free = t
         .try_acquire_with(&["h0.com".into()], flags, at(0.0))
         .unwrap();
@@ -259,10 +256,7 @@ fn what_triggers_backoff() {
 #[test]
 fn dont_track_never_triggers() {
     let mut t = new(Settings::default());
-    let flags = RequestFlags {
-        dont_track: true,
-        ..Default::default()
-    };
+    let flags = RequestFlags::default().dont_track(true);
     let p = t
         .try_acquire_with(&["a.com".into()], flags, at(0.0))
         .unwrap();
@@ -312,10 +306,9 @@ fn a_trigger_applies_to_every_scope_of_the_request() {
         .with_scope("a.com", ScopeConfig::new().concurrency(0))
         .with_scope(
             "only-503",
-            ScopeConfig::new().concurrency(0).backoff(BackoffConfig {
-                http_codes: Some(vec![503]),
-                ..Default::default()
-            }),
+            ScopeConfig::new()
+                .concurrency(0)
+                .backoff(BackoffConfig::default().http_codes(vec![503])),
         ));
     let both = [
         ScopeUse::new("a.com"),
@@ -570,11 +563,7 @@ fn rampup_settings() -> Settings {
         ScopeConfig::new()
             .delay(1.0)
             .max_concurrency(3)
-            .rampup(RampupConfig {
-                delay_factor: Some(0.5),
-                min_delay: Some(0.25),
-                ..Default::default()
-            }),
+            .rampup(RampupConfig::default().delay_factor(0.5).min_delay(0.25)),
     )
 }
 

@@ -19,7 +19,7 @@ const NANOS_PER_SEC: u64 = 1_000_000_000;
 ///
 /// ```
 /// use core::time::Duration;
-/// use throttle_core::Timestamp;
+/// use polite_throttle_core::Timestamp;
 ///
 /// let t = Timestamp::from_secs(10);
 /// assert_eq!(t + Duration::from_millis(500), Timestamp::from_millis(10_500));
@@ -167,7 +167,7 @@ impl Monotonic {
 ///
 /// ```
 /// use core::time::Duration;
-/// use throttle_core::{FakeClock, Timestamp};
+/// use polite_throttle_core::{FakeClock, Timestamp};
 ///
 /// let clock = FakeClock::new(Timestamp::ZERO);
 /// clock.advance(Duration::from_secs(3));

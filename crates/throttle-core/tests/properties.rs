@@ -14,11 +14,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use proptest::prelude::*;
-use throttle_core::{
+use polite_throttle_core::{
     Jitter, NotReady, Outcome, Permit, RampupConfig, RequestFlags, ScopeConfig, ScopeUse, Settings,
     Throttler, Ticket, TicketPoll, Timestamp,
 };
+use proptest::prelude::*;
 
 const SCOPES: [&str; 5] = ["a.com", "b.com", "api", "cost", "x.com"];
 const QUOTA: f64 = 10.0;
@@ -36,10 +36,7 @@ fn settings(seed: u64) -> Settings {
                 .delay(0.5)
                 .concurrency(3)
                 .max_concurrency(5)
-                .rampup(RampupConfig {
-                    min_delay: Some(0.1),
-                    ..Default::default()
-                }),
+                .rampup(RampupConfig::default().min_delay(0.1)),
         )
         .with_scope(
             "cost",
@@ -186,10 +183,7 @@ fn run_timeline(seed: u64, ops: &[Op]) -> Result<(), TestCaseError> {
                     .iter()
                     .map(|&i| t.scope_stats(SCOPES[i], now).map(|s| (s.sent, s.active)))
                     .collect();
-                let flags = RequestFlags {
-                    dont_track: *dont_track,
-                    dont_throttle: false,
-                };
+                let flags = RequestFlags::default().dont_track(*dont_track);
                 match t.try_acquire_with(&uses, flags, now) {
                     Err(why) => {
                         for (k, &i) in scopes.iter().enumerate() {

@@ -3,15 +3,15 @@
 
 extern crate alloc;
 
-use throttle_core::{Outcome, ScopeUse, Settings, Throttler, Timestamp};
+use polite_throttle_core::{Outcome, ScopeUse, Settings, Throttler, Timestamp};
 
 /// Pushes and polls a request so the frontier is instantiated without `std`.
 pub fn frontier() -> bool {
-    let Ok(mut f) = frontier_core::Frontier::in_memory(Settings::default(), Timestamp::ZERO) else {
+    let Ok(mut f) = polite_frontier_core::Frontier::in_memory(Settings::default(), Timestamp::ZERO) else {
         return false;
     };
-    let pushed = f.push(&frontier_core::Request::get("https://example.com/"), Timestamp::ZERO);
-    pushed.is_ok() && matches!(f.poll(Timestamp::ZERO), Ok(frontier_core::Poll::Ready(_)))
+    let pushed = f.push(&polite_frontier_core::Request::get("https://example.com/"), Timestamp::ZERO);
+    pushed.is_ok() && matches!(f.poll(Timestamp::ZERO), Ok(polite_frontier_core::Poll::Ready(_)))
 }
 
 /// Exercises the decision loop so the whole API is instantiated without `std`.

@@ -38,14 +38,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use frontier_core::{
+use polite_frontier_core::{
     Frontier, FrontierConfig, FrontierError, Lease, PushOutcome, Request, Store, host_scope,
 };
-use runtime_tokio::{Clock, Driver, DriverError, unix_now};
+use polite_runtime_tokio::{Clock, Driver, DriverError, unix_now};
+use polite_store_fs::{FsConfig, FsStore};
+use polite_store_sqlite::{SqliteOptions, SqliteStore};
+use polite_throttle_core::Outcome;
 use serde::Serialize;
-use store_fs::{FsConfig, FsStore};
-use store_sqlite::{SqliteOptions, SqliteStore};
-use throttle_core::Outcome;
 use tokio::sync::watch;
 use url::Url;
 

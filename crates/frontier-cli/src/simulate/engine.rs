@@ -10,11 +10,11 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::time::Duration;
 
 use anyhow::{Context, anyhow};
-use frontier_core::{
+use polite_frontier_core::{
     Frontier, FrontierConfig, Lease, LeaseId, Poll, PushOutcome, Request, VolatileStore, group_key,
     parse_group_key,
 };
-use throttle_core::{Outcome, Settings, Throttler, Timestamp};
+use polite_throttle_core::{Outcome, Settings, Throttler, Timestamp};
 
 use super::output::{Answer, DropReason, ObjectWriter, Output};
 
@@ -229,6 +229,7 @@ impl<'w> Sim<'w> {
                 self.tally.depth += 1;
                 DropReason::Depth
             }
+            other => return Err(anyhow!("pushing {label}: unexpected outcome {other:?}")),
         };
         self.out.dropped(now, label, reason)?;
         self.last_activity = now;

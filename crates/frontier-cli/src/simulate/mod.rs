@@ -17,7 +17,7 @@
 //! TOML or JSON: `--format` if given, else the extension (`.toml`, `.json`), else a look
 //! at the text (JSON starts with `{`). `-` reads standard input. Top-level keys:
 //!
-//! - `settings`: exactly the settings of SPEC section 2 (`throttle_core::Settings`, with
+//! - `settings`: exactly the settings of SPEC section 2 (`polite_throttle_core::Settings`, with
 //!   `scopes`), including the frontier's `depth_priority`, `depth_limit`,
 //!   `scheduler_order`, `start_order` and `seed`. Unset keys take the SPEC defaults
 //!   (so jitter is on, seeded with 0, unless `randomize_download_delay = false`);
@@ -162,7 +162,7 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use frontier_core::FrontierConfig;
+use polite_frontier_core::FrontierConfig;
 
 pub use scenario::{Format, Scenario};
 
@@ -215,10 +215,7 @@ pub fn simulate(
     options: &SimulateOptions,
     out: &mut dyn Write,
 ) -> anyhow::Result<SimulationReport> {
-    let config = FrontierConfig {
-        policy: scenario.simulation.policy.policy(),
-        ..FrontierConfig::default()
-    };
+    let config = FrontierConfig::default().policy(scenario.simulation.policy.policy());
     let output = Output::new(out, !options.summary_only);
     let mut sim = Sim::new(scenario.settings.clone(), config, output)?;
     let end: RunEnd = match &scenario.body {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{self, Write};
 
-use throttle_core::Timestamp;
+use polite_throttle_core::Timestamp;
 
 const NANOS_PER_SEC: u64 = 1_000_000_000;
 

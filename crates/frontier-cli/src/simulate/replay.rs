@@ -4,8 +4,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use anyhow::anyhow;
-use frontier_core::Lease;
-use throttle_core::{Timestamp, header_delay};
+use polite_frontier_core::Lease;
+use polite_throttle_core::{Timestamp, header_delay};
 
 use super::engine::{Dispatch, Fate, Sim, World};
 use super::output::Answer;

@@ -9,10 +9,10 @@ use std::io::Read;
 use std::path::Path;
 
 use anyhow::{Context, anyhow, bail};
-use frontier_core::{Method, Policy, Request, fingerprint, group_key, host_scope};
+use polite_frontier_core::{Method, Policy, Request, fingerprint, group_key, host_scope};
+use polite_throttle_core::{QuotaReconcile, Settings, Timestamp};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Unexpected, Visitor};
-use throttle_core::{QuotaReconcile, Settings, Timestamp};
 
 use super::output::Answer;
 

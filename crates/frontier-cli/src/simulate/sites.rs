@@ -11,8 +11,8 @@ use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use anyhow::anyhow;
-use frontier_core::{Lease, Request};
-use throttle_core::{JitterRng, Timestamp, header_delay};
+use polite_frontier_core::{Lease, Request};
+use polite_throttle_core::{JitterRng, Timestamp, header_delay};
 
 use super::engine::{Dispatch, Fate, Sim, World};
 use super::output::Answer;

@@ -129,9 +129,9 @@ pub(crate) fn crc32(data: &[u8]) -> u32 {
     !crc
 }
 
-use frontier_core::{EntryMeta, Fingerprint, RecoveryVisitor, Store};
-use store_fs::{FsConfig, FsError, FsHandle, FsStore};
-use throttle_core::{ScopeSnapshot, Timestamp};
+use polite_frontier_core::{EntryMeta, Fingerprint, RecoveryVisitor, Store};
+use polite_store_fs::{FsConfig, FsError, FsHandle, FsStore};
+use polite_throttle_core::{ScopeSnapshot, Timestamp};
 
 /// Everything a store replays, in the order it came.
 #[derive(Debug, Default, Clone, PartialEq)]
