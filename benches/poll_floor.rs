@@ -13,7 +13,7 @@
 //! prefetches the host records, their queues and head slots several polls ahead, as the
 //! frontier's scheduler does.
 //!
-//! What it leaves out is everything the frontier must also do (SPEC sections 3 and 4):
+//! What it leaves out is everything the frontier must also do (docs/behaviour.md sections 3 and 4):
 //! lazy backoff recovery, rampup and quota windows, scope states shared by several groups
 //! and kept in a bounded LRU, multi-scope admission, ranking by load and quota amount,
 //! start-request and LIFO order, parked groups and timers, lease ids that are sequence

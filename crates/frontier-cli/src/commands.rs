@@ -36,7 +36,7 @@ pub struct CrawlArgs {
     /// is a filesystem store).
     #[arg(long, value_enum)]
     pub store_kind: Option<StoreKind>,
-    /// Settings file (TOML): SPEC section 2 at the top level, crawler settings in
+    /// Settings file (TOML): docs/behaviour.md section 2 at the top level, crawler settings in
     /// `[crawl]`. `FRONTIER_<KEY>` variables override it.
     #[arg(long, env = "FRONTIER_CONFIG")]
     pub config: Option<PathBuf>,

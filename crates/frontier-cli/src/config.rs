@@ -1,6 +1,6 @@
 //! Settings for `crawl` and `demo`: a TOML file, then environment overrides.
 //!
-//! The file holds the throttling and ordering settings of SPEC section 2 at the top level
+//! The file holds the throttling and ordering settings of docs/behaviour.md section 2 at the top level
 //! (Scrapy's names in snake_case, per-scope tables under `[scopes."host"]`) and the
 //! crawler's own settings under `[crawl]`:
 //!
@@ -117,7 +117,7 @@ impl CrawlSettings {
 /// Everything `crawl` and `demo` read from `--config` and the environment.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Config {
-    /// Throttling and ordering (SPEC section 2).
+    /// Throttling and ordering (docs/behaviour.md section 2).
     pub settings: Settings,
     /// The crawler's own settings.
     pub crawl: CrawlSettings,

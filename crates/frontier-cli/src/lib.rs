@@ -3,7 +3,7 @@
 //! - [`crawl`]: a polite, resumable crawler (`frontier crawl`, and `frontier demo`'s
 //!   engine);
 //! - [`sites`]: the local web of generated sites `frontier demo` crawls;
-//! - [`simulate`]: the deterministic simulator and replay engine (SPEC section 8);
+//! - [`simulate`]: the deterministic simulator and replay engine (docs/behaviour.md section 10);
 //! - [`inspect`]: what a stored frontier holds;
 //! - [`config`]: settings from TOML and the environment.
 #![forbid(unsafe_code)]

@@ -1,7 +1,7 @@
-//! Replays through `frontier simulate`, one behaviour of SPEC.md per test. Each expected
-//! time is derived by hand from the SPEC (the derivation is in the comment above it),
+//! Replays through `frontier simulate`, one behaviour of docs/behaviour.md.md per test. Each expected
+//! time is derived by hand from docs/behaviour.md (the derivation is in the comment above it),
 //! not copied from a run. Unless a test says otherwise, jitter is off
-//! (`randomize_download_delay = false`, `backoff_jitter = 0`) and the SPEC section 2
+//! (`randomize_download_delay = false`, `backoff_jitter = 0`) and docs/behaviour.md section 2
 //! defaults hold: backoff factor 2, min delay 1 s, max 300 s, window 60 s.
 
 mod common;
@@ -88,7 +88,7 @@ set_scope = {{ scope = "a.example", delay = 3 }}
 
 #[test]
 fn delay_counts_from_each_send() {
-    // SPEC 3.1: after a send at t the next is allowed at t + d. d = 2 ≥ the 0.5 s
+    // docs/behaviour.md 3.1: after a send at t the next is allowed at t + d. d = 2 ≥ the 0.5 s
     // response time, so a.example sends at 0, 2, 4 (effective concurrency 1).
     let out = toml(&format!(
         r#"[settings]
@@ -126,7 +126,7 @@ push = {{ id = "r3", url = "https://a.example/3", response = {{ latency = 0.5 }}
 
 #[test]
 fn delay_shorter_than_the_response_overlaps_requests() {
-    // SPEC 3.1 with a scope delay of 1 s and 3 s responses: the delay still counts from
+    // docs/behaviour.md 3.1 with a scope delay of 1 s and 3 s responses: the delay still counts from
     // each send, so requests overlap: sends at 0, 1, 2, answers at 3, 4, 5.
     let out = json(
         r#"{"settings": {"randomize_download_delay": false, "scheduler_order": "fifo",
@@ -152,7 +152,7 @@ fn delay_shorter_than_the_response_overlaps_requests() {
 
 #[test]
 fn concurrency_limit_waits_for_a_completion() {
-    // SPEC 3.1: while active ≥ c the scope is blocked until a completion. c = 2 and no
+    // docs/behaviour.md 3.1: while active ≥ c the scope is blocked until a completion. c = 2 and no
     // delay: r1, r2 at 0; their answers at 1 free both slots, so r3, r4 go at 1 (the
     // answers of an instant are delivered before its sends).
     let out = toml(&format!(
@@ -190,9 +190,9 @@ push = {{ id = "r4", url = "https://a.example/4", response = {{ latency = 1 }} }
 
 #[test]
 fn global_cap_limits_requests_in_flight() {
-    // SPEC 2: concurrent_requests = 2 caps requests in flight over all scopes. Five hosts
+    // docs/behaviour.md 2: concurrent_requests = 2 caps requests in flight over all scopes. Five hosts
     // with one 1 s request each: two at 0, two at 1 (after the answers of 1), the last
-    // at 2. Which host goes first among equals is a tie the SPEC leaves to round-robin,
+    // at 2. Which host goes first among equals is a tie docs/behaviour.md leaves to round-robin,
     // so only the times and the count in flight are checked.
     let mut events = String::new();
     for i in 1..=5 {
@@ -334,7 +334,7 @@ push = {{ id = "x", url = "https://a.example/", response = {{ latency = 0.1, sta
 
 #[test]
 fn errors_in_backoff_exceptions_back_off_and_others_do_not() {
-    // SPEC 3.2: an error kind in backoff_exceptions is a trigger; one that is not
+    // docs/behaviour.md 3.2: an error kind in backoff_exceptions is a trigger; one that is not
     // ("dns") is not. Both hosts have concurrency 1. Children are pushed when the answer
     // arrives, also when it is an error. (Derivation below.)
     let out = json(
@@ -378,7 +378,7 @@ fn errors_in_backoff_exceptions_back_off_and_others_do_not() {
 
 #[test]
 fn dont_track_outcomes_never_back_off() {
-    // SPEC 3.2: a dont_track request's 429 is not a trigger. Concurrency 1 serialises:
+    // docs/behaviour.md 3.2: a dont_track request's 429 is not a trigger. Concurrency 1 serialises:
     // k2 goes when k1's answer frees the slot (0.1), with no backoff wait. Without
     // dont_track (m1) the 429 steps 0 → 1 s: m2 waits until 10.1 + 1 = 11.1.
     let out = toml(&format!(
@@ -418,7 +418,7 @@ push = {{ id = "m2", url = "https://a.example/m2", response = {{ latency = 0.1 }
 
 #[test]
 fn retry_after_is_a_hard_minimum_and_spacing_returns_to_the_delay() {
-    // SPEC 3.2/3.3, d = 2: r1 sent at 0 (next 2); 429 + Retry-After: 7 at 0.1: nothing
+    // docs/behaviour.md 3.2/3.3, d = 2: r1 sent at 0 (next 2); 429 + Retry-After: 7 at 0.1: nothing
     // before 7.1, level 1, spacing max(2, min_delay 1) = 2 (not 7, not doubled).
     // r2 at 7.1, r3 at 9.1.
     let out = toml(&format!(
@@ -529,7 +529,7 @@ fn rate_limit_header_forms() {
         ),
         0.5
     );
-    // Per-scope backoff codes (SPEC 2): 418 triggers here, 429 does not.
+    // Per-scope backoff codes (docs/behaviour.md 2): 418 triggers here, 429 does not.
     assert_eq!(
         second_send_after(
             r#"{ latency = 0.5, status = 418 }"#,
@@ -564,7 +564,7 @@ fn rampup_run(scope: &str, n: usize, failing: &[usize]) -> Vec<String> {
 
 #[test]
 fn rampup_halves_the_delay_each_quiet_window() {
-    // SPEC 3.4 with a 10 s window (backoff_window) starting at the first send (0):
+    // docs/behaviour.md 3.4 with a 10 s window (backoff_window) starting at the first send (0):
     // delay 2 → sends 0, 2, 4, 6, 8. At 10 (boundary applied before the decision):
     // no trigger, level 0 → delay 1: sends 10, 11, ..., 19. At 20: delay 0.5: 20, 20.5.
     let out = rampup_run("{ delay = 2, rampup = true }", 17, &[]);
@@ -615,7 +615,7 @@ fn rampup_raises_concurrency_once_the_delay_is_at_its_floor() {
 
 #[test]
 fn quotas_hold_requests_until_the_window_ends() {
-    // SPEC 3.5: "cost" has quota 3 per 10 s window, anchored at its first use (0), and
+    // docs/behaviour.md 3.5: "cost" has quota 3 per 10 s window, anchored at its first use (0), and
     // unlimited concurrency. c1-c3 (1 each) go at 0; c4, c5 wait for the window [10, 20).
     // c6 costs 5 (> quota) pushed at 12: consumed 2 → held until 20, where nothing is
     // consumed yet, so the oversized request goes alone. c7 (pushed at 20) waits for 30.
@@ -735,7 +735,7 @@ fn order_with(settings: &str) -> Vec<String> {
 
 #[test]
 fn order_priority_then_lifo_then_start_requests_fifo() {
-    // SPEC 4.1: higher priority first (c); within a priority non-start requests LIFO
+    // docs/behaviour.md 4.1: higher priority first (c); within a priority non-start requests LIFO
     // (b, a) and before start requests, which are FIFO (s1, s2); then d (-1).
     assert_eq!(order_with(""), ["c", "b", "a", "s1", "s2", "d"]);
     // scheduler_order = "fifo": non-start requests first in, first out.
@@ -759,7 +759,7 @@ fn order_priority_then_lifo_then_start_requests_fifo() {
 
 #[test]
 fn duplicates_are_dropped_when_pushed() {
-    // SPEC 4.5: the fingerprint uses the canonical URL (query sorted, fragment dropped):
+    // docs/behaviour.md 4.5: the fingerprint uses the canonical URL (query sorted, fragment dropped):
     // u2 is a duplicate of u1, dropped at its push; u3 is the same URL with dont_filter.
     // p's child (u1's URL again) is dropped when p's answer arrives at 1. LIFO at 0:
     // p, u3, u1; answers at 1 in send order.
@@ -798,7 +798,7 @@ push = {{ id = "p", url = "https://d.example/p", response = {{ latency = 1 }}, c
 
 #[test]
 fn requests_deeper_than_depth_limit_are_dropped() {
-    // SPEC 4.2 with depth_limit = 1: the child (depth 1) is crawled, the grandchild
+    // docs/behaviour.md 4.2 with depth_limit = 1: the child (depth 1) is crawled, the grandchild
     // (depth 2) is dropped when the child's answer arrives (at 2).
     let out = json(
         r#"{"settings": {"depth_limit": 1, "randomize_download_delay": false},
@@ -913,7 +913,7 @@ fn depth_first_by_default_breadth_first_with_depth_priority_and_fifo() {
 
 #[test]
 fn a_slow_scope_never_blocks_ready_ones() {
-    // SPEC 4.3: slow.example (delay 10) has the higher priority, but while it waits the
+    // docs/behaviour.md 4.3: slow.example (delay 10) has the higher priority, but while it waits the
     // fast host's requests go: s1 and f1-f3 at 0, s2 at 10, s3 at 20.
     let out = toml(&format!(
         r#"[settings]
@@ -960,7 +960,7 @@ push = {{ id = "f3", url = "https://fast.example/3", response = {{ latency = 0.1
 
 #[test]
 fn a_per_request_delay_holds_only_that_request() {
-    // SPEC 1/3.7: d1 pushed at 1 with delay 5 may go from 6; d2, pushed after it to the
+    // docs/behaviour.md 1/3.7: d1 pushed at 1 with delay 5 may go from 6; d2, pushed after it to the
     // same host, goes at once.
     let out = toml(&format!(
         r#"[settings]
@@ -988,7 +988,7 @@ push = {{ id = "d2", url = "https://a.example/2" }}
 
 #[test]
 fn delay_scope_is_a_hard_delay_not_capped() {
-    // SPEC 3.7: nothing before now + seconds, level + 1; not capped by
+    // docs/behaviour.md 3.7: nothing before now + seconds, level + 1; not capped by
     // backoff_max_delay (300): 400 s.
     let out = toml(&format!(
         r#"[settings]
@@ -1023,7 +1023,7 @@ push = {{ id = "y", url = "https://b.example/y" }}
 
 #[test]
 fn crawl_delay_is_applied_unless_the_config_is_more_aggressive() {
-    // SPEC 3.6: w.example has no explicit config: Crawl-delay 3 raises its delay to 3 and
+    // docs/behaviour.md 3.6: w.example has no explicit config: Crawl-delay 3 raises its delay to 3 and
     // its concurrency to 1: sends 0, 3, 6. k.example is configured with concurrency 4:
     // the configuration is kept (with a warning) and all three go at once. 70 is capped
     // at throttling_robotstxt_max_delay (60) for c.example: 0, 60.
@@ -1068,7 +1068,7 @@ fn crawl_delay_is_applied_unless_the_config_is_more_aggressive() {
 
 #[test]
 fn set_scope_reconfigures_live() {
-    // SPEC 3.7: y1 goes at 0 with a 10 s delay (next at 10). At 1 the delay becomes 2:
+    // docs/behaviour.md 3.7: y1 goes at 0 with a 10 s delay (next at 10). At 1 the delay becomes 2:
     // the next send is re-spaced from the last one: 0 + 2 = 2, then 4. At 5 the
     // concurrency drops to 1 and the delay to 0: z1 (1 s) at 5, z2 when it ends at 6.
     let out = toml(&format!(

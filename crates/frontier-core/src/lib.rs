@@ -88,3 +88,8 @@ pub use store::{
     Durability, EntryMeta, INLINE_PAYLOAD, MemoryStore, MemoryStoreError, Payload, RecoveryVisitor,
     Store, VolatileStore,
 };
+
+// The README's examples compile and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -618,7 +618,7 @@ fn woken_groups_tie_break_on_current_load_then_quota_amount() {
     // Two groups share `api.example.com` (concurrency 2, delay 0.25 s): searches also
     // spend 3 `credits`, the status check spends none. At 0.5 s a search completes and
     // both groups are ready at the same priority and the same api load (1/2): the larger
-    // quota amount goes first (SPEC 4.3). The status group parked while the api was
+    // quota amount goes first (docs/behaviour.md 4.3). The status group parked while the api was
     // idle; ranking it with that stale load would send it first.
     let mut settings = Settings::default().without_jitter();
     settings.scheduler_order = QueueOrder::Fifo;

@@ -1,5 +1,5 @@
 //! Property tests: without throttling in the way, the frontier's output order equals a
-//! naive reference model (a list sorted by the SPEC 4.1 rules), and `peek` equals `poll`.
+//! naive reference model (a list sorted by docs/behaviour.md 4.1 rules), and `peek` equals `poll`.
 
 use polite_frontier_core::{Frontier, Poll, PushOutcome, Request, VolatileStore};
 use polite_throttle_core::{Outcome, QueueOrder, Settings, StartOrder, Timestamp};
@@ -34,7 +34,7 @@ struct Entry {
     class: u8,
 }
 
-/// The reference: the sorted-list rule of SPEC 4.1.
+/// The reference: the sorted-list rule of docs/behaviour.md 4.1.
 struct Model {
     order: QueueOrder,
     start_order: StartOrder,

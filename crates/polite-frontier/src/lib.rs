@@ -108,8 +108,11 @@ pub use polite_throttle_core::{
     FakeClock, Jitter, Outcome, ScopeConfig, Seconds, Settings, Throttler, Timestamp,
 };
 
-// The README's Rust examples compile as doctests of this crate (with the features they
-// use), so the front page cannot drift from the API.
+// The READMEs' Rust examples compile as doctests of this crate (the workspace's front
+// page with the features it uses), so they cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
 #[cfg(all(doctest, feature = "tokio", feature = "sqlite", feature = "redis"))]
 #[doc = include_str!("../../../README.md")]
-struct ReadmeDoctests;
+struct WorkspaceReadmeDoctests;

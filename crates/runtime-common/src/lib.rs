@@ -114,3 +114,8 @@ pub fn unix_now() -> Timestamp {
         .unwrap_or(Duration::ZERO);
     Timestamp::ZERO + since
 }
+
+// The README's examples compile and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

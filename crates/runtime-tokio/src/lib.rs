@@ -57,3 +57,8 @@ pub use clock::Clock;
 pub use driver::{Driver, DriverFor, Leases, LeasesFor};
 pub use polite_runtime_common::{DriverError, Runtime, unix_now};
 pub use throttle::{Throttle, ThrottlePermit};
+
+// The README's examples compile and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

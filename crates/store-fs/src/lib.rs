@@ -161,3 +161,8 @@ pub use config::FsConfig;
 pub use error::FsError;
 pub use format::FORMAT_VERSION;
 pub use store::{FsHandle, FsStats, FsStore};
+
+// The README's examples compile and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -2100,7 +2100,7 @@ local function collect(key)
   end
 end
 
--- Idle eviction (SPEC 3.9): a scope state that no group uses, idle for
+-- Idle eviction (docs/behaviour.md 3.9): a scope state that no group uses, idle for
 -- throttling_scope_max_idle, is dropped when nothing about it matters for the future
 -- (nothing in flight, no backoff, no future send time, no quota in use), as the
 -- in-process throttler evicts it; one that still matters is looked at again later.

@@ -163,3 +163,8 @@ pub use error::RedisStoreError;
 pub use frontier::{
     RedisConfig, RedisFrontier, RedisInfo, RedisScopeStats, ScriptMode, TimeSource,
 };
+
+// The README's examples compile and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

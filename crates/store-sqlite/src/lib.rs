@@ -1154,3 +1154,8 @@ impl Store for SqliteStore {
         self.commit()
     }
 }
+
+// The README's examples compile and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

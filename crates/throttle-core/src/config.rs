@@ -324,7 +324,7 @@ pub enum Rampup {
 }
 
 /// Configuration of one named scope (`scopes."name" = {...}`). Unset keys take the
-/// defaults of SPEC section 2: concurrency by scope kind, `download_delay`,
+/// defaults of docs/behaviour.md section 2: concurrency by scope kind, `download_delay`,
 /// `randomize_download_delay`, `throttling_window` and the global `backoff_*` settings.
 ///
 /// Scope names are case-sensitive; the frontier lower-cases the host scopes it derives
@@ -453,7 +453,7 @@ impl ScopeConfig {
     }
 }
 
-/// All settings of the throttler and the frontier (SPEC section 2), with Scrapy's names.
+/// All settings of the throttler and the frontier (docs/behaviour.md section 2), with Scrapy's names.
 #[derive(Clone, Debug, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]

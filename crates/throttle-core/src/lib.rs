@@ -5,7 +5,7 @@
 //! and learns from how requests end. It never reads a clock and never sleeps: every call
 //! takes `now`, and every "not yet" comes back as a value saying until when.
 //!
-//! What it implements (SPEC sections 2 and 3): per-scope delay with jitter and concurrency
+//! What it implements (docs/behaviour.md sections 2 and 3): per-scope delay with jitter and concurrency
 //! limits, exponential backoff on 429/5xx and error kinds with lazy linear recovery,
 //! `Retry-After` / `RateLimit-Reset` / `RateLimit` / `X-RateLimit-Reset` header delays, rampup
 //! toward the fastest rate a server tolerates, quotas per time window with reconciliation,
@@ -115,3 +115,8 @@ pub use throttler::{
     Ticket, TicketPoll,
 };
 pub use time::{FakeClock, Timestamp, secs_to_duration};
+
+// The README's examples compile and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -1003,7 +1003,7 @@ impl Throttler {
         Ok(())
     }
 
-    /// Applies a robots.txt Crawl-delay reported for `scope` (SPEC 3.6): capped at
+    /// Applies a robots.txt Crawl-delay reported for `scope` (docs/behaviour.md 3.6): capped at
     /// `throttling_robotstxt_max_delay`; if the scope's configured delay is lower or its
     /// configured concurrency above 1, the configuration is kept and one warning is logged
     /// (unless `ignore_robots_txt`); otherwise the base delay is raised to the value and the

@@ -1,4 +1,4 @@
-//! Unit tests of every rule and number in SPEC sections 2 and 3, on a fake clock.
+//! Unit tests of every rule and number in docs/behaviour.md sections 2 and 3, on a fake clock.
 
 // Many tests take permits only to keep requests in flight.
 #![allow(unused_must_use, clippy::field_reassign_with_default)]

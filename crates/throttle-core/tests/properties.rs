@@ -1,7 +1,7 @@
 //! Property tests: random timelines of acquires, releases (with every kind of outcome),
 //! `delay_scope` calls and clock jumps, checked against simple reference bookkeeping.
 //!
-//! Invariants (SPEC section 3):
+//! Invariants (docs/behaviour.md section 3):
 //! - sends to a scope are never closer than the spacing in force at the previous send;
 //! - in-flight requests never exceed a scope's concurrency nor the global cap;
 //! - a quota is never exceeded within a window, except by the one oversized request

@@ -1,5 +1,5 @@
 //! `frontier simulate SCENARIO`: the real frontier and throttler on a virtual clock
-//! (SPEC section 8).
+//! (docs/behaviour.md section 10).
 //!
 //! A scenario replays scripted events or models whole sites, and the command prints, as
 //! JSON lines, when each request would be sent, when it would end, and what was dropped,
@@ -17,9 +17,9 @@
 //! TOML or JSON: `--format` if given, else the extension (`.toml`, `.json`), else a look
 //! at the text (JSON starts with `{`). `-` reads standard input. Top-level keys:
 //!
-//! - `settings`: exactly the settings of SPEC section 2 (`polite_throttle_core::Settings`, with
+//! - `settings`: exactly the settings of docs/behaviour.md section 2 (`polite_throttle_core::Settings`, with
 //!   `scopes`), including the frontier's `depth_priority`, `depth_limit`,
-//!   `scheduler_order`, `start_order` and `seed`. Unset keys take the SPEC defaults
+//!   `scheduler_order`, `start_order` and `seed`. Unset keys take docs/behaviour.md defaults
 //!   (so jitter is on, seeded with 0, unless `randomize_download_delay = false`);
 //!   `--seed N` replaces `seed`.
 //! - `simulation` (optional): knobs of the simulator itself:
@@ -49,10 +49,10 @@
 //!   `children` are push objects (without `at`), pushed one level deeper when the
 //!   answer arrives, whatever it is (status or error), right after the frontier learned
 //!   the outcome.
-//! - `delay_scope`: `{scope, seconds}` (SPEC 3.7).
-//! - `crawl_delay`: `{scope, seconds}`: a robots.txt Crawl-delay (SPEC 3.6).
+//! - `delay_scope`: `{scope, seconds}` (docs/behaviour.md 3.7).
+//! - `crawl_delay`: `{scope, seconds}`: a robots.txt Crawl-delay (docs/behaviour.md 3.6).
 //! - `set_scope`: `{scope, delay, concurrency}` (either or both): live reconfiguration.
-//! - `reconcile_quota`: `{scope, consumed}` or `{scope, remaining}` (SPEC 3.5).
+//! - `reconcile_quota`: `{scope, consumed}` or `{scope, remaining}` (docs/behaviour.md 3.5).
 //!
 //! Replays never retry: every answer is scripted.
 //!

@@ -193,10 +193,10 @@ impl<'de> Deserialize<'de> for Headers {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub(crate) enum PolicyName {
-    /// Throttling-aware (the default, SPEC 4.3).
+    /// Throttling-aware (the default, docs/behaviour.md 4.3).
     #[default]
     ThrottlingAware,
-    /// Scrapy's slot-aware order (SPEC 4.4).
+    /// Scrapy's slot-aware order (docs/behaviour.md 4.4).
     SlotAware,
 }
 
