@@ -5,7 +5,9 @@
 //! - `rss`: growth of the process's resident set, as the peer script measures Scrapy,
 //!   so allocator overhead and fragmentation count too.
 //!
-//!     cargo run --release -p workspace-benches --bin frontier-memory CASE [N] [HOSTS]
+//! ```text
+//! cargo run --release -p workspace-benches --bin frontier-memory CASE [N] [HOSTS]
+//! ```
 //!
 //! CASE is `exact_dupefilter` or `no_dupefilter`. Run each case in a fresh process (the
 //! RSS of a process only grows). Prints one JSON object.

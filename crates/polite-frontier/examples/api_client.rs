@@ -4,6 +4,7 @@
 //! RateLimit headers ask).
 //!
 //!     cargo run -p polite-frontier --features tokio --example api_client -- http://127.0.0.1:8000/
+#![allow(clippy::print_stdout)] // examples print what they do
 use polite_frontier::throttle::ScopeUse;
 use polite_frontier::tokio::{Clock, Throttle, unix_now};
 use polite_frontier::{Jitter, Outcome, ScopeConfig, Settings};

@@ -4,6 +4,7 @@
 //!
 //!     cargo test -p polite-frontier --example fake_clock_policy
 //!     cargo run -p polite-frontier --example fake_clock_policy
+#![allow(clippy::print_stdout)] // examples print what they do
 use polite_frontier::throttle::{NotReady, ScopeUse};
 use polite_frontier::{FakeClock, Jitter, Outcome, ScopeConfig, Settings, Throttler, Timestamp};
 

@@ -4,6 +4,7 @@
 //! worker); a worker that dies loses nothing, its leases go to the others.
 //!
 //!     cargo run -p polite-frontier --features tokio,redis --example redis_worker -- redis://127.0.0.1/ http://127.0.0.1:8000/
+#![allow(clippy::print_stdout)] // examples print what they do
 use polite_frontier::redis::{RedisConfig, RedisFrontier, TimeSource};
 use polite_frontier::tokio::{Clock, DriverFor, unix_now};
 use polite_frontier::{Outcome, Request, Settings};

@@ -3,6 +3,7 @@
 //! minimal HTTP/1.0 client over `async_io::Async<TcpStream>` (plain `http://` only).
 //!
 //!     cargo run -p polite-frontier --features async-std,fs --example smol_crawler -- http://127.0.0.1:8000/
+#![allow(clippy::print_stdout)] // examples print what they do
 use std::net::TcpStream;
 
 use async_io::Async;

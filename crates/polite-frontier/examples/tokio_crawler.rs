@@ -2,6 +2,7 @@
 //! and run it again, and it resumes where it was.
 //!
 //!     cargo run -p polite-frontier --features tokio,sqlite --example tokio_crawler -- http://127.0.0.1:8000/
+#![allow(clippy::print_stdout)] // examples print what they do
 use polite_frontier::sqlite::{SqliteOptions, SqliteStore};
 use polite_frontier::tokio::{Clock, Driver};
 use polite_frontier::{Frontier, FrontierConfig, Outcome, Request, Settings};
