@@ -54,6 +54,7 @@ pub(crate) fn function_library(function: &str, code: &str) -> String {
 
 impl ServerCode {
     /// The function name this build's script is registered under.
+    #[cfg(feature = "testing")]
     pub(crate) fn function_name() -> String {
         ServerCode::new(ScriptMode::Function).function
     }
