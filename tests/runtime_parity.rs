@@ -209,6 +209,58 @@ macro_rules! parity_suite {
                 });
             }
 
+            /// A long-latency scope on rampup, at its delay floor, one at a time: when the
+            /// first 10 s window ends without a trigger, rampup raises its concurrency and
+            /// the task already waiting gets the request at that moment, not when the first
+            /// response arrives at 100 s. The standalone throttle likewise.
+            #[test]
+            fn a_rampup_step_wakes_a_waiting_task_at_the_window_end() {
+                $run(|clock| async move {
+                    let mut s = settings().with_scope(
+                        "slow.com",
+                        ScopeConfig::new()
+                            .delay(0.0)
+                            .max_concurrency(3)
+                            .rampup(RampupConfig::default()),
+                    );
+                    s.backoff_window = 10.0;
+                    let d =
+                        Driver::new(Frontier::in_memory(s.clone(), clock.now()).unwrap(), clock);
+                    for i in 0..2 {
+                        d.push(Request::get(format!("https://slow.com/{i}")))
+                            .await
+                            .unwrap();
+                    }
+                    let first = d.next().await.unwrap().unwrap();
+                    let d2 = d.clone();
+                    let response = async move {
+                        clock.sleep(Duration::from_secs(100)).await;
+                        d2.complete(first.id(), Outcome::status(200)).await.unwrap();
+                    };
+                    let waiter = async {
+                        let l = d.next().await.unwrap().unwrap();
+                        (d.now(), l)
+                    };
+                    let ((at, second), ()) = futures_lite::future::zip(waiter, response).await;
+                    assert_eq!(at, secs(10.0), "sent when rampup made room");
+                    d.complete(second.id(), Outcome::status(200)).await.unwrap();
+
+                    let t = Throttle::new(s, clock).unwrap();
+                    let start = clock.now();
+                    let p1 = t.acquire(&[ScopeUse::new("slow.com")]).await;
+                    let release = async move {
+                        clock.sleep(Duration::from_secs(100)).await;
+                        p1.finish(&Outcome::status(200));
+                    };
+                    let waiter = async {
+                        let p2 = t.acquire(&[ScopeUse::new("slow.com")]).await;
+                        (clock.now(), p2)
+                    };
+                    let ((at, _p2), ()) = futures_lite::future::zip(waiter, release).await;
+                    assert_eq!(at, start + Duration::from_secs(10));
+                });
+            }
+
             #[test]
             fn quotas_hold_requests_until_the_window_ends() {
                 $run(|clock| async move {

@@ -733,8 +733,9 @@ impl<S: Store> Frontier<S> {
             .lease_ended(rec.group, load, &mut self.throttler, now);
     }
 
-    /// When to poll again at the latest if nothing completes: the next scope timer or
-    /// delayed request.
+    /// When to poll again at the latest if nothing completes: the next scope timer (a
+    /// delay or quota window ending, or a rampup boundary that may raise a full scope's
+    /// concurrency) or delayed request.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Timestamp> {
         self.scheduler.next_event()

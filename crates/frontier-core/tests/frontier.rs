@@ -7,7 +7,9 @@ use polite_frontier_core::{
     Frontier, FrontierConfig, LeaseId, MemoryStore, Policy, Poll, PushOutcome, Request,
     VolatileStore,
 };
-use polite_throttle_core::{Outcome, QueueOrder, ScopeConfig, Settings, StartOrder, Timestamp};
+use polite_throttle_core::{
+    Outcome, QueueOrder, RampupConfig, ScopeConfig, ScopeStats, Settings, StartOrder, Timestamp,
+};
 
 type F = Frontier<VolatileStore>;
 
@@ -708,4 +710,114 @@ fn long_urls_come_back_whole_and_give_their_cells_back() {
         "{:?}",
         f.store()
     );
+}
+
+// ------------------------------------------------------------ lazy updates and wake-ups
+
+/// A host on rampup at its delay floor, one request at a time, raising its concurrency
+/// every quiet 10 s window up to 3.
+fn long_latency_rampup() -> Settings {
+    let mut s = Settings::default().without_jitter().with_scope(
+        "api.example",
+        ScopeConfig::new()
+            .delay(0.0)
+            .max_concurrency(3)
+            .rampup(RampupConfig::default().min_delay(0.0)),
+    );
+    s.backoff_window = 10.0;
+    s
+}
+
+/// A scope's state as of the last operation on it.
+fn scope_stats(f: &F, scope: &str) -> ScopeStats {
+    f.throttler()
+        .scopes()
+        .find(|(name, _)| *name == scope)
+        .map(|(_, st)| st)
+        .expect("scope state in memory")
+}
+
+fn ready(p: Poll) -> polite_frontier_core::Lease {
+    match p {
+        Poll::Ready(lease) => lease,
+        other => panic!("expected a lease, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_rampup_step_releases_a_waiting_request_at_the_window_boundary() {
+    let mut f = frontier(long_latency_rampup());
+    for i in 0..4 {
+        push(&mut f, Request::get(format!("https://api.example/{i}")));
+    }
+    let _slow = ready(f.poll(at(0.0)).unwrap());
+    // The responses take 100 s, but rampup may raise the concurrency at 10: the frontier
+    // names that instant, and a poll then hands the next request out.
+    assert_eq!(f.poll(at(0.0)).unwrap(), Poll::NotUntil(at(10.0)));
+    assert_eq!(f.poll_timeout(), Some(at(10.0)));
+    assert_eq!(f.poll(at(9.9)).unwrap(), Poll::NotUntil(at(10.0)));
+    let _second = ready(f.poll(at(10.0)).unwrap());
+    assert_eq!(scope_stats(&f, "api.example").concurrency, 2);
+    assert_eq!(f.poll(at(10.0)).unwrap(), Poll::NotUntil(at(20.0)));
+    let _third = ready(f.poll(at(20.0)).unwrap());
+    // At max_concurrency only a completion makes room.
+    assert_eq!(f.poll(at(20.0)).unwrap(), Poll::Blocked);
+    assert_eq!(f.poll_timeout(), None);
+    assert_eq!(f.poll(at(99.0)).unwrap(), Poll::Blocked);
+    f.complete(_slow.id(), &Outcome::status(200), at(100.0))
+        .unwrap();
+    let _fourth = ready(f.poll(at(100.0)).unwrap());
+}
+
+#[test]
+fn a_rampup_step_wakes_one_parked_group_of_a_shared_scope_at_a_time() {
+    // Two groups (an explicit scope and the host with it) share the rampup scope.
+    let mut f = frontier(long_latency_rampup());
+    push(&mut f, Request::get("https://api.example/a"));
+    push(
+        &mut f,
+        Request::get("https://api.example/b")
+            .scope("api.example")
+            .scope("other"),
+    );
+    push(&mut f, Request::get("https://api.example/c"));
+    let _first = ready(f.poll(at(0.0)).unwrap());
+    assert_eq!(f.poll(at(0.0)).unwrap(), Poll::NotUntil(at(10.0)));
+    let _second = ready(f.poll(at(10.0)).unwrap());
+    assert_eq!(f.poll(at(10.0)).unwrap(), Poll::NotUntil(at(20.0)));
+    let _third = ready(f.poll(at(20.0)).unwrap());
+    assert_eq!(f.poll(at(20.0)).unwrap(), Poll::Empty);
+}
+
+#[test]
+fn zero_length_windows_in_the_frontier() {
+    // A quota window of 0 resets on every request: nothing waits for quota.
+    let mut s = open_settings().with_scope(
+        "cost",
+        ScopeConfig::new().concurrency(0).quota(1.0).window(0.0),
+    );
+    // A backoff window of 0 recovers at once: a 429 holds the host for the backoff step
+    // (1 s from the trigger), then sends are spaced by its own delay again.
+    s.backoff_window = 0.0;
+    let mut s = s.with_scope("a.com", ScopeConfig::new().delay(0.25));
+    s.concurrent_requests_per_domain = 8;
+    let mut f = frontier(s);
+    for i in 0..3 {
+        push(
+            &mut f,
+            Request::get(format!("https://q.com/{i}")).scope_amount("cost", 5.0),
+        );
+    }
+    assert_eq!(drain(&mut f, at(0.0)).len(), 3);
+    for i in 0..3 {
+        push(&mut f, Request::get(format!("https://a.com/{i}")));
+    }
+    let first = ready(f.poll(at(0.0)).unwrap());
+    f.complete(first.id(), &Outcome::status(429), at(0.0))
+        .unwrap();
+    assert_eq!(f.poll(at(0.0)).unwrap(), Poll::NotUntil(at(1.0)));
+    let _ = ready(f.poll(at(1.0)).unwrap());
+    assert_eq!(f.poll(at(1.0)).unwrap(), Poll::NotUntil(at(1.25)));
+    let st = scope_stats(&f, "a.com");
+    assert_eq!((st.level, st.delay), (0, 0.25));
 }

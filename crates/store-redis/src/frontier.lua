@@ -426,8 +426,11 @@ local function idiv(a, b)
 end
 
 local function advance(st, p, now)
-  if st.qs and p.quota and p.qw > 0 then
-    if now >= st.qs then
+  if st.qs and p.quota then
+    if p.qw == 0 then
+      -- A zero-length quota window elapses at once: the count starts afresh every request.
+      st.qc = 0
+    elseif now >= st.qs then
       local windows = idiv(now - st.qs, p.qw)
       if windows > 0 then
         st.qs = st.qs + p.qw * windows
@@ -436,7 +439,14 @@ local function advance(st, p, now)
     end
   end
   local w = p.bw
-  if w == 0 then return end
+  if w == 0 then
+    -- Zero-length backoff windows elapse at once: full recovery now (rampup is off).
+    if st.lv > 0 then
+      st.lv = 0
+      st.d = st.bd
+    end
+    return
+  end
   while true do
     local rec_at = nil
     if st.lv > 0 then rec_at = st.ba + w end
@@ -460,7 +470,10 @@ local function advance(st, p, now)
   end
 end
 
--- Gate: 'open', 'full', or the time until which it is held.
+-- Gate: 'open', 'full', or the time until which it is held. A full scope whose rampup
+-- may still raise its concurrency is held until its next rampup boundary, the next lazy
+-- update that may free a slot (ScopeState::slot_may_free_at; inline: the main chunk is
+-- at Lua's 200 locals).
 local function gate(st, p, amount, now)
   local untl = math.max(st.hu, st.na)
   if p.quota and st.qs then
@@ -468,7 +481,13 @@ local function gate(st, p, amount, now)
       untl = math.max(untl, st.qs + p.qw)
     end
   end
-  if st.c ~= 0 and st.a >= st.c then return 'full' end
+  if st.c ~= 0 and st.a >= st.c then
+    if p.rampup and st.rs and not st.rf and st.c < p.max_concurrency and p.bw > 0
+        and st.rs + p.bw > now then
+      return math.max(st.rs + p.bw, untl)
+    end
+    return 'full'
+  end
   if untl > now then return untl end
   return 'open'
 end

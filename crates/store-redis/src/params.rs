@@ -148,4 +148,18 @@ mod tests {
         assert_eq!(kind_digit("a.example"), '1');
         assert_eq!(kind_digit("api"), '2');
     }
+
+    /// Zero-length windows reach the script as 0 ns, and a zero backoff window turns
+    /// rampup off (no "rampup" key), as `ScopeParams::resolve` does in-process.
+    #[test]
+    fn zero_windows() {
+        let mut s = Settings::default();
+        s.backoff_window = 0.0;
+        s.throttling_window = 0.0;
+        let ramp = ScopeConfig::new().quota(5.0).rampup(Default::default());
+        let p: Value = serde_json::from_str(&scope_params(&s, ScopeKind::Domain, &ramp)).unwrap();
+        assert_eq!((p["bw"].as_u64(), p["qw"].as_u64()), (Some(0), Some(0)));
+        assert!(p.get("rampup").is_none(), "rampup is off");
+        assert_eq!(p["concurrency"], 8, "as without rampup");
+    }
 }

@@ -129,6 +129,12 @@ fn redis_stats(s: &RedisScopeStats) -> String {
     )
 }
 
+thread_local! {
+    /// The poll answers of the last timeline run on this thread (both sides agreed on
+    /// them), for tests that also check what the answers were.
+    static POLLS: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Runs `steps` through both frontiers and panics at the first difference.
 fn run_both(name: &str, settings: Settings, scopes: &[&str], steps: &[Step]) -> usize {
     run_both_with(name, settings, scopes, steps, ScriptMode::Function)
@@ -159,6 +165,7 @@ fn run_both_with(
     let mut last_until = None;
     let mut leases: Vec<LeaseId> = Vec::new();
     let mut compared = 0;
+    POLLS.with(|p| p.borrow_mut().clear());
     for (i, step) in steps.iter().enumerate() {
         let (a, b) = match step {
             Step::Push(r) => (
@@ -180,6 +187,7 @@ fn run_both_with(
                         "{name} step {i}: leased requests differ"
                     );
                 }
+                POLLS.with(|p| p.borrow_mut().push(poll_text(&pa)));
                 (
                     Answer::Polled(poll_text(&pa)),
                     Answer::Polled(poll_text(&pb)),
@@ -533,6 +541,150 @@ fn rampup_crawl_delay_and_live_changes() {
     run_both("rampup", s, &["r.com", "k.com", "m.com", "z.com"], &steps);
 }
 
+/// A long-latency scope on rampup at its delay floor, one at a time, 10 s windows: each
+/// quiet window's end raises its concurrency, and a request already waiting goes at that
+/// moment (both sides name the boundary as the next deadline), up to max_concurrency;
+/// then only a completion makes room.
+#[test]
+fn rampup_boundaries_wake_waiting_requests() {
+    let mut s = base().with_scope(
+        "slow.com",
+        ScopeConfig::new()
+            .delay(0.0)
+            .max_concurrency(3)
+            .rampup(RampupConfig::default().min_delay(0.0)),
+    );
+    s.backoff_window = 10.0;
+    let mut steps: Vec<Step> = (0..5)
+        .map(|i| Step::Push(get(&format!("https://slow.com/{i}"))))
+        .collect();
+    steps.extend([
+        Step::Poll,          // #1 at 1000
+        Step::Poll,          // until 1010
+        Step::Advance(9999), // not yet
+        Step::Poll,
+        Step::Sleep,
+        Step::Poll, // #2 at 1010
+        Step::Poll, // until 1020
+        Step::Sleep,
+        Step::Poll, // #3 at 1020
+        Step::Poll, // blocked: at max_concurrency
+        Step::Advance(80_000),
+        Step::Poll,
+        Step::Complete(0, Out::Ok), // the first answers at 1100
+        Step::Poll,
+    ]);
+    run_both("rampup_wakeups", s, &["slow.com"], &steps);
+    if server().is_none() {
+        return;
+    }
+    let polls = POLLS.with(|p| p.borrow().clone());
+    let until = |secs: u64| format!("until {}", secs * 1_000_000_000);
+    assert_eq!(
+        polls,
+        [
+            "ready #4 https://slow.com/4".to_string(),
+            until(1010),
+            until(1010),
+            "ready #3 https://slow.com/3".to_string(),
+            until(1020),
+            "ready #2 https://slow.com/2".to_string(),
+            "blocked".to_string(),
+            "blocked".to_string(),
+            "ready #1 https://slow.com/1".to_string(),
+        ]
+    );
+
+    // The same with the window's end hidden behind others: a scope still lowering its
+    // delay while full, a quota window, a backoff recovering, and triggers in a window.
+    let mut s = base()
+        .with_scope(
+            "slow.com",
+            ScopeConfig::new()
+                .delay(0.0)
+                .max_concurrency(4)
+                .rampup(RampupConfig::default().min_delay(0.0)),
+        )
+        .with_scope(
+            "r.com",
+            ScopeConfig::new()
+                .delay(3.0)
+                .max_concurrency(3)
+                .rampup(RampupConfig::default().min_delay(0.5)),
+        )
+        .with_scope(
+            "q.com",
+            ScopeConfig::new().concurrency(1).quota(2.0).window(7.0),
+        );
+    s.backoff_window = 4.0;
+    let mut steps = Vec::new();
+    for i in 0..12 {
+        for host in ["slow.com", "r.com", "q.com"] {
+            steps.push(Step::Push(get(&format!("https://{host}/{i}"))));
+        }
+        steps.push(Step::Push(
+            get(&format!("https://slow.com/both/{i}"))
+                .scope("slow.com")
+                .scope("r.com"),
+        ));
+    }
+    for round in 0..50 {
+        steps.extend([Step::Poll, Step::Poll, Step::Poll, Step::Sleep]);
+        match round % 9 {
+            3 => steps.push(Step::Complete(round, Out::Status(429))),
+            6 => steps.push(Step::Complete(round, Out::Ok)),
+            8 => steps.push(Step::Advance(1500)),
+            _ => {}
+        }
+    }
+    run_both(
+        "rampup_wakeups_mixed",
+        s,
+        &["slow.com", "r.com", "q.com"],
+        &steps,
+    );
+}
+
+/// Zero-length windows: backoff recovers at once, rampup is off, a quota resets on every
+/// request (the global default quota window and a scope's own).
+#[test]
+fn zero_length_windows() {
+    let mut s = base()
+        .with_scope(
+            "r.com",
+            ScopeConfig::new()
+                .delay(0.5)
+                .max_concurrency(4)
+                .rampup(RampupConfig::default().min_delay(0.0)),
+        )
+        .with_scope(
+            "q.com",
+            ScopeConfig::new().concurrency(2).quota(1.0).window(0.0),
+        )
+        .with_scope("cost", ScopeConfig::new().concurrency(0).quota(3.0));
+    s.backoff_window = 0.0;
+    s.throttling_window = 0.0;
+    let mut steps = Vec::new();
+    for i in 0..10 {
+        steps.push(Step::Push(get(&format!("https://r.com/{i}"))));
+        steps.push(Step::Push(get(&format!("https://q.com/{i}"))));
+        steps.push(Step::Push(
+            get(&format!("https://c.com/{i}")).scope_amount("cost", 2.0),
+        ));
+    }
+    for round in 0..30 {
+        steps.extend([Step::Poll, Step::Poll, Step::Poll]);
+        steps.push(match round % 4 {
+            0 => Step::Complete(round, Out::Status(429)),
+            1 => Step::Complete(round, Out::RetryAfter(503, 2)),
+            2 => Step::Complete(round, Out::Ok),
+            _ => Step::Reconcile("cost", QuotaReconcile::Remaining(0.0)),
+        });
+        steps.extend([Step::Poll, Step::Sleep, Step::Advance(300)]);
+    }
+    run_both("zero_windows", s, &["r.com", "q.com", "cost"], &steps);
+}
+
 /// A small seeded generator for random timelines (xorshift64*).
 struct Rng(u64);
 impl Rng {
@@ -560,7 +712,7 @@ fn random_settings(rng: &mut Rng, jitter: bool) -> Settings {
         };
     }
     s.concurrent_requests = rng.pick(&[2, 4, 16]);
-    s.backoff_window = rng.pick(&[5.0, 20.0]);
+    s.backoff_window = rng.pick(&[5.0, 20.0, 0.0]);
     s.backoff_min_delay = rng.pick(&[0.5, 1.0]);
     s.scheduler_order = rng.pick(&[QueueOrder::Lifo, QueueOrder::Fifo]);
     s.start_order = rng.pick(&[StartOrder::Fifo, StartOrder::Lifo, StartOrder::Same]);
@@ -576,7 +728,10 @@ fn random_settings(rng: &mut Rng, jitter: bool) -> Settings {
         )
         .with_scope(
             "api",
-            ScopeConfig::new().quota(6.0).window(10.0).concurrency(2),
+            ScopeConfig::new()
+                .quota(6.0)
+                .window(rng.pick(&[10.0, 10.0, 0.0]))
+                .concurrency(2),
         )
         .with_scope(
             "c.com",

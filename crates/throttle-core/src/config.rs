@@ -352,7 +352,8 @@ pub struct ScopeConfig {
     /// Amount that may be consumed per window (no quota when unset).
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
     pub quota: Option<f64>,
-    /// Quota window in seconds (default `throttling_window`).
+    /// Quota window in seconds (default `throttling_window`; 0: the quota resets on
+    /// every request).
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
     pub window: Option<f64>,
     /// Rampup: probe for the fastest rate the server tolerates.
@@ -484,11 +485,12 @@ pub struct Settings {
     pub backoff_max_delay: f64,
     /// Jitter on send spacing while backing off.
     pub backoff_jitter: Jitter,
-    /// Quiet seconds per recovery step; also the rampup window.
+    /// Quiet seconds per recovery step; also the rampup window. 0: backoff recovers at
+    /// once and rampup is off.
     pub backoff_window: f64,
     /// Backoff triggers per window rampup aims for.
     pub rampup_backoff_target: BackoffTarget,
-    /// Default quota window in seconds.
+    /// Default quota window in seconds (0: a quota resets on every request).
     pub throttling_window: f64,
     /// Maximum scope states kept in memory (0 = unbounded).
     pub throttling_scope_limit: u32,
@@ -635,9 +637,9 @@ impl Settings {
             ));
         }
         self.backoff_jitter.validate(&"backoff_jitter")?;
-        positive_secs("backoff_window", self.backoff_window)?;
+        window_secs("backoff_window", self.backoff_window)?;
         backoff_target("rampup_backoff_target", self.rampup_backoff_target)?;
-        positive_secs("throttling_window", self.throttling_window)?;
+        window_secs("throttling_window", self.throttling_window)?;
         non_negative_secs("throttling_scope_max_idle", self.throttling_scope_max_idle)?;
         non_negative_secs(
             "throttling_robotstxt_max_delay",
@@ -695,7 +697,7 @@ impl Settings {
             ));
         }
         if let Some(w) = scope.window {
-            positive_secs(key("window"), w)?;
+            window_secs(key("window"), w)?;
         }
         if let Rampup::On(r) = &scope.rampup {
             if let Some(t) = r.backoff_target {
@@ -767,12 +769,16 @@ fn non_negative_secs(key: impl fmt::Display, v: f64) -> Result<(), ConfigError> 
     Ok(())
 }
 
-/// Windows: at least a millisecond (a zero-length window would never end).
-fn positive_secs(key: impl fmt::Display, v: f64) -> Result<(), ConfigError> {
-    if !v.is_finite() || v < 0.001 {
+/// Windows: finite and not negative. 0 is Scrapy's "each window elapses at once":
+/// backoff recovers immediately, rampup is off, a quota resets on every request
+/// (docs/behaviour.md 3.2, 3.4, 3.5).
+fn window_secs(key: impl fmt::Display, v: f64) -> Result<(), ConfigError> {
+    if !v.is_finite() || v < 0.0 {
         return Err(ConfigError::new(
             &key,
-            format!("must be a finite number of seconds >= 0.001, got {v}"),
+            format!(
+                "must be a finite number of seconds >= 0 (0: the window elapses at once), got {v}"
+            ),
         ));
     }
     Ok(())
@@ -1157,7 +1163,7 @@ mod tests {
             error_key(r#"{"backoff_delay_factor": 1.0}"#),
             "backoff_delay_factor"
         );
-        assert_eq!(error_key(r#"{"backoff_window": 0}"#), "backoff_window");
+        assert_eq!(error_key(r#"{"backoff_window": -1}"#), "backoff_window");
         assert_eq!(
             error_key(r#"{"backoff_min_delay": 10, "backoff_max_delay": 5}"#),
             "backoff_min_delay"
@@ -1207,7 +1213,7 @@ mod tests {
             r#"scopes."a".quota"#
         );
         assert_eq!(
-            error_key(r#"{"scopes": {"a": {"window": 0}}}"#),
+            error_key(r#"{"scopes": {"a": {"window": -0.5}}}"#),
             r#"scopes."a".window"#
         );
         assert_eq!(

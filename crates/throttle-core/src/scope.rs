@@ -188,8 +188,12 @@ impl ScopeParams {
             ScopeKind::Other => settings.throttling_scope_concurrency,
         };
         let min_concurrency = config.min_concurrency.unwrap_or(1);
+        let backoff_window = secs_to_duration(settings.backoff_window);
         let rampup = match &config.rampup {
+            // A zero-length window turns rampup off (Scrapy's meaning): the scope runs as
+            // one configured without it.
             Rampup::Off => None,
+            Rampup::On(_) if backoff_window.is_zero() => None,
             Rampup::On(r) => Some(RampupParams {
                 target: r.backoff_target.unwrap_or(settings.rampup_backoff_target),
                 delay_factor: r.delay_factor.unwrap_or(0.5),
@@ -233,7 +237,7 @@ impl ScopeParams {
             jitter: config.jitter.unwrap_or(settings.randomize_download_delay),
             quota: config.quota,
             quota_window: secs_to_duration(config.window.unwrap_or(settings.throttling_window)),
-            backoff_window: secs_to_duration(settings.backoff_window),
+            backoff_window,
             rampup,
             backoff: BackoffParams {
                 codes,
@@ -373,18 +377,29 @@ impl ScopeState {
     }
 
     fn advance_windows(&mut self, p: &ScopeParams, now: Timestamp) {
-        if let (Some(start), Some(_), false) = (self.quota_start, p.quota, p.quota_window.is_zero())
-            && let Some(elapsed) = now.checked_duration_since(start)
-        {
-            let windows = div_duration(elapsed, p.quota_window);
-            if windows > 0 {
-                self.quota_start = Some(start + mul_duration(p.quota_window, windows));
+        if let (Some(start), Some(_)) = (self.quota_start, p.quota) {
+            if p.quota_window.is_zero() {
+                // A zero-length quota window elapses at once: the count starts afresh at
+                // every request (Scrapy's meaning).
                 self.consumed = 0.0;
+            } else if let Some(elapsed) = now.checked_duration_since(start) {
+                let windows = div_duration(elapsed, p.quota_window);
+                if windows > 0 {
+                    self.quota_start = Some(start + mul_duration(p.quota_window, windows));
+                    self.consumed = 0.0;
+                }
             }
         }
         let window = p.backoff_window;
         if window.is_zero() {
-            return; // rejected by validation; never loop on it
+            // Each zero-length window elapses at once: every recovery step is due now
+            // (and rampup is off, see `ScopeParams::resolve`).
+            if self.level > 0 {
+                self.level = 0;
+                self.delay = self.base_delay;
+                event!(debug, scope = %self.name, level = 0, delay = self.delay, "backoff recovery step");
+            }
+            return;
         }
         loop {
             let recovery_at = (self.level > 0).then(|| self.backoff_anchor + window);
@@ -475,14 +490,35 @@ impl ScopeState {
         {
             until = until.max(start + p.quota_window);
         }
-        // A full scope needs a completion whatever the clock says, so it is reported first.
+        // A full scope needs a completion, unless rampup may raise its concurrency at its
+        // next window boundary: then it may go at that boundary (if nothing else holds it
+        // longer). Reported before the delays either way.
         if self.concurrency != 0 && self.active >= self.concurrency {
-            Gate::Full
+            match self.slot_may_free_at(p) {
+                Some(t) if t > now => Gate::NotUntil(t.max(until)),
+                _ => Gate::Full,
+            }
         } else if until > now {
             Gate::NotUntil(until)
         } else {
             Gate::Open
         }
+    }
+
+    /// The next lazy update that may free a slot of this scope without a completion: the
+    /// next rampup boundary, while rampup may still raise its concurrency. (At that
+    /// boundary the scope may only lower its delay, or hold because of triggers or a
+    /// backoff level: the wake-up is then early, and names the boundary after it.)
+    /// Backoff recovery and quota resets never change concurrency.
+    #[inline(never)]
+    pub(crate) fn slot_may_free_at(&self, p: &ScopeParams) -> Option<Timestamp> {
+        let (Some(_), Some(start)) = (p.rampup, self.ramp_start) else {
+            return None;
+        };
+        let can_rise = self.robots_floor.is_none()
+            && self.concurrency != 0
+            && self.concurrency < p.max_concurrency;
+        (can_rise && !p.backoff_window.is_zero()).then(|| start + p.backoff_window)
     }
 
     /// The spacing to keep after a send at the current delay.

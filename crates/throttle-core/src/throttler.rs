@@ -96,11 +96,13 @@ impl RequestFlags {
 /// Why a request cannot go now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum NotReady {
-    /// Delays, hard backoff or a quota window hold it: try again at this instant (the
-    /// earliest at which every scope could allow it).
+    /// Delays, hard backoff or a quota window hold it, or a full scope whose rampup may
+    /// raise its concurrency then: try again at this instant (the earliest at which every
+    /// scope could allow it; a completion may free a full scope sooner).
     NotUntil(Timestamp),
-    /// A concurrency limit (of a scope, or the global one) is reached, or earlier waiters
-    /// are queued on a scope: try again after a completion or a wake-up.
+    /// A concurrency limit (of a scope, or the global one) is reached that only a
+    /// completion can lift, or earlier waiters are queued on a scope: try again after a
+    /// completion or a wake-up.
     Blocked,
 }
 
@@ -957,7 +959,9 @@ impl Throttler {
         true
     }
 
-    /// The next instant at which a queued request may become admissible, if any.
+    /// The next instant at which a queued request may become admissible, if any: a
+    /// delay or quota window ending, or a rampup boundary that may raise a full scope's
+    /// concurrency (docs/behaviour.md 3.8, the wake-up rule).
     /// Sleep until then and call [`handle_timeout`](Self::handle_timeout). It may name
     /// the deadline of a ticket that was since admitted or cancelled: waking early is
     /// harmless, and after `handle_timeout(now)` it is `None` or later than `now`.

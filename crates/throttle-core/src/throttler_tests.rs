@@ -1457,12 +1457,231 @@ fn the_wait_after_a_trigger_is_never_shortened_by_jitter() {
 }
 
 #[test]
-fn windows_shorter_than_a_millisecond_are_rejected() {
+fn negative_and_non_finite_windows_are_rejected_and_zero_is_accepted() {
+    for bad in [-1e-10, -60.0, f64::NAN, f64::INFINITY] {
+        let mut s = Settings::default();
+        s.backoff_window = bad;
+        assert_eq!(s.validate().unwrap_err().key(), "backoff_window", "{bad}");
+        let mut s = Settings::default();
+        s.throttling_window = bad;
+        assert_eq!(
+            s.validate().unwrap_err().key(),
+            "throttling_window",
+            "{bad}"
+        );
+        let s = Settings::default().with_scope("c", ScopeConfig::new().quota(10.0).window(bad));
+        assert_eq!(
+            s.validate().unwrap_err().key(),
+            "scopes.\"c\".window",
+            "{bad}"
+        );
+    }
+    for ok in [0.0, 1e-10, 0.5] {
+        let mut s = Settings::default().with_scope("c", ScopeConfig::new().quota(10.0).window(ok));
+        s.backoff_window = ok;
+        s.throttling_window = ok;
+        Throttler::new(s, Timestamp::ZERO).unwrap();
+    }
+}
+
+// ------------------------------------------------------------------ zero-length windows
+
+#[test]
+fn a_zero_backoff_window_recovers_at_once() {
     let mut s = Settings::default();
-    s.backoff_window = 1e-10;
-    assert_eq!(s.validate().unwrap_err().key(), "backoff_window");
-    let s = Settings::default().with_scope("c", ScopeConfig::new().quota(10.0).window(1e-10));
-    assert_eq!(s.validate().unwrap_err().key(), "scopes.\"c\".window");
+    s.backoff_window = 0.0;
+    let mut t = new(s.with_scope("a.com", ScopeConfig::new().delay(0.5)));
+    let p = admit(&mut t, "a.com", 0.0);
+    finish(&mut t, p, 429, 0.0);
+    // The step itself holds the next send (0.5 doubled: 1 s from the trigger), but its
+    // window elapses at once: level 0 and the base delay by the next look.
+    let st = stats(&mut t, "a.com", 0.0);
+    assert_eq!((st.level, st.delay, st.triggers), (0, 0.5, 1));
+    assert_eq!(acquire(&mut t, "a.com", 0.5), not_until(1.0));
+    let p = admit(&mut t, "a.com", 1.0);
+    assert_eq!(
+        acquire(&mut t, "a.com", 1.0),
+        not_until(1.5),
+        "spaced by the base delay"
+    );
+    // Triggers never pile up into higher levels.
+    finish(&mut t, p, 503, 1.0);
+    let p = admit(&mut t, "a.com", 2.0);
+    finish(&mut t, p, 503, 2.0);
+    let st = stats(&mut t, "a.com", 2.0);
+    assert_eq!((st.level, st.delay, st.triggers), (0, 0.5, 3));
+    assert_eq!(acquire(&mut t, "a.com", 2.0), not_until(3.0));
+}
+
+#[test]
+fn a_zero_backoff_window_turns_rampup_off() {
+    let mut s = Settings::default();
+    s.backoff_window = 0.0;
+    let mut t = new(s.with_scope(
+        "x.com",
+        ScopeConfig::new()
+            .delay(1.0)
+            .rampup(RampupConfig::default().min_delay(0.0)),
+    ));
+    let p = admit(&mut t, "x.com", 0.0);
+    // As without rampup: the domain default concurrency (8, not min_concurrency), and
+    // the first trigger is a backoff step, not one counted toward a target.
+    assert_eq!(stats(&mut t, "x.com", 0.0).concurrency, 8);
+    finish(&mut t, p, 429, 0.0);
+    assert_eq!(acquire(&mut t, "x.com", 1.0), not_until(2.0));
+    for now in [60.0, 3600.0, 1e6] {
+        let st = stats(&mut t, "x.com", now);
+        assert_eq!(
+            (st.delay, st.base_delay, st.concurrency),
+            (1.0, 1.0, 8),
+            "at {now}"
+        );
+    }
+}
+
+#[test]
+fn a_zero_quota_window_resets_on_every_request() {
+    let mut t = new(Settings::default().with_scope(
+        "cost",
+        ScopeConfig::new().concurrency(0).quota(10.0).window(0.0),
+    ));
+    for _ in 0..5 {
+        spend(&mut t, 8.0, 0.0).unwrap();
+    }
+    spend(&mut t, 25.0, 0.0).unwrap();
+    assert_eq!(stats(&mut t, "cost", 0.0).consumed, 0.0);
+    t.reconcile_quota("cost", QuotaReconcile::Remaining(0.0), at(1.0))
+        .unwrap();
+    spend(&mut t, 1.0, 1.0).unwrap();
+    // The global default window too.
+    let mut s =
+        Settings::default().with_scope("cost", ScopeConfig::new().concurrency(0).quota(1.0));
+    s.throttling_window = 0.0;
+    let mut t = new(s);
+    for _ in 0..5 {
+        spend(&mut t, 1.0, 0.0).unwrap();
+    }
+}
+
+// ------------------------------------------------------------ lazy updates and wake-ups
+
+/// A rampup scope at its delay floor, one request at a time, raising its concurrency
+/// every quiet window of 10 s up to 3.
+fn long_latency_rampup() -> Settings {
+    let mut s = Settings::default().with_scope(
+        "api",
+        ScopeConfig::new()
+            .delay(0.0)
+            .max_concurrency(3)
+            .rampup(RampupConfig::default().min_delay(0.0)),
+    );
+    s.backoff_window = 10.0;
+    s
+}
+
+#[test]
+fn a_rampup_step_frees_a_slot_at_the_window_boundary() {
+    let mut t = new(long_latency_rampup());
+    let _long = admit(&mut t, "api", 0.0);
+    // Full, but rampup may raise the concurrency at the first boundary: try again then.
+    assert_eq!(acquire(&mut t, "api", 1.0), not_until(10.0));
+    assert_eq!(
+        t.check_scope("api".into(), at(1.0)),
+        Err(NotReady::NotUntil(at(10.0)))
+    );
+    let _second = admit(&mut t, "api", 10.0);
+    assert_eq!(stats(&mut t, "api", 10.0).concurrency, 2);
+    assert_eq!(acquire(&mut t, "api", 10.0), not_until(20.0));
+    let _third = admit(&mut t, "api", 20.0);
+    // At max_concurrency: only a completion frees a slot now.
+    assert_eq!(acquire(&mut t, "api", 20.0), Err(NotReady::Blocked));
+    assert_eq!(acquire(&mut t, "api", 1000.0), Err(NotReady::Blocked));
+}
+
+#[test]
+fn a_rampup_step_wakes_the_waiter_it_makes_room_for() {
+    let mut t = new(long_latency_rampup());
+    let _long = admit(&mut t, "api", 0.0);
+    let first = waiter(&mut t, &["api"], 1.0);
+    let second = waiter(&mut t, &["api"], 2.0);
+    assert_eq!(
+        t.poll_timeout(),
+        Some(at(10.0)),
+        "the boundary that may raise concurrency"
+    );
+    t.handle_timeout(at(10.0));
+    assert_eq!(wakeups(&mut t), [first]);
+    assert!(matches!(
+        t.poll_ticket(first, at(10.0)),
+        TicketPoll::Ready(_)
+    ));
+    // The next in line looks again and is due at the next boundary.
+    assert_eq!(wakeups(&mut t), [second]);
+    assert_eq!(
+        t.poll_ticket(second, at(10.0)),
+        TicketPoll::Waiting(NotReady::NotUntil(at(20.0)))
+    );
+    assert_eq!(t.poll_timeout(), Some(at(20.0)));
+    t.handle_timeout(at(20.0));
+    assert_eq!(wakeups(&mut t), [second]);
+    assert!(matches!(
+        t.poll_ticket(second, at(20.0)),
+        TicketPoll::Ready(_)
+    ));
+    assert_eq!(t.poll_timeout(), None);
+}
+
+#[test]
+fn a_full_scope_has_a_deadline_only_while_rampup_may_raise_its_concurrency() {
+    // A boundary that can only lower the delay is still a deadline (an early wake-up),
+    // as one that a trigger or a backoff level may hold back.
+    let mut s = long_latency_rampup();
+    s.scopes.get_mut("api").unwrap().delay = Some(4.0);
+    let mut t = new(s);
+    let _long = admit(&mut t, "api", 0.0);
+    assert_eq!(acquire(&mut t, "api", 1.0), not_until(10.0));
+    assert_eq!(
+        acquire(&mut t, "api", 10.0),
+        not_until(20.0),
+        "the delay went down, not the concurrency"
+    );
+    // Never above max_concurrency, nor under a Crawl-delay: only completions free slots.
+    let mut s = long_latency_rampup();
+    s.scopes.get_mut("api").unwrap().max_concurrency = Some(1);
+    let mut t = new(s);
+    let _long = admit(&mut t, "api", 0.0);
+    assert_eq!(acquire(&mut t, "api", 1.0), Err(NotReady::Blocked));
+    let mut s = long_latency_rampup();
+    s.scopes.get_mut("api").unwrap().delay = None; // a configured delay would win
+    let mut t = new(s);
+    let _long = admit(&mut t, "api", 0.0);
+    assert!(matches!(
+        t.handle_crawl_delay("api", 0.1, at(0.0)),
+        Ok(CrawlDelayDecision::Applied { .. })
+    ));
+    assert_eq!(acquire(&mut t, "api", 1.0), Err(NotReady::Blocked));
+    assert_eq!(t.poll_timeout(), None);
+    // Backoff recovery and quota resets never change concurrency: a full scope without
+    // rampup waits for a completion whatever its level or quota window.
+    let mut t = new(Settings::default().with_scope(
+        "q",
+        ScopeConfig::new().concurrency(1).quota(5.0).window(10.0),
+    ));
+    let p = admit(&mut t, "q", 0.0);
+    finish(&mut t, p, 429, 0.0);
+    let _long = admit(&mut t, "q", 1.0);
+    assert_eq!(acquire(&mut t, "q", 1.0), Err(NotReady::Blocked));
+    assert_eq!(acquire(&mut t, "q", 500.0), Err(NotReady::Blocked));
+    // A quota reset is a deadline of its own (a NotUntil), as before.
+    let mut t = new(Settings::default().with_scope(
+        "q",
+        ScopeConfig::new().concurrency(0).quota(1.0).window(10.0),
+    ));
+    admit(&mut t, "q", 0.0);
+    let w = waiter(&mut t, &["q"], 1.0);
+    assert_eq!(t.poll_timeout(), Some(at(10.0)));
+    t.handle_timeout(at(10.0));
+    assert_eq!(wakeups(&mut t), [w]);
 }
 
 #[test]

@@ -9,7 +9,9 @@
 //! - a header delay (or `delay_scope`) is never shortened;
 //! - after `level × backoff_window` quiet seconds a scope is back at its base delay;
 //! - admission is all-or-nothing;
-//! - queued waiters are admitted in ticket order per scope and none is left behind.
+//! - queued waiters are admitted in ticket order per scope and none is left behind;
+//! - no scope ever has a free slot, a waiter ready to go through it and no deadline at
+//!   or before now (lazy updates that make room, such as a rampup step, are deadlines).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
@@ -437,5 +439,185 @@ proptest! {
         ops in prop::collection::vec(wait_op_strategy(), 1..150),
     ) {
         run_waiters(&ops)?;
+    }
+}
+
+// ------------------------------------------------------------ lazy updates are deadlines
+
+#[derive(Clone, Debug)]
+enum LiveOp {
+    Arrive { scopes: Vec<usize>, amount: f64 },
+    Finish { which: usize, status: u16 },
+    Advance { millis: u64 },
+    Cancel { which: usize },
+}
+
+fn live_op_strategy() -> impl Strategy<Value = LiveOp> {
+    prop_oneof![
+        5 => (prop::collection::btree_set(0..LIVE.len(), 1..=2), 0.5f64..6.0)
+            .prop_map(|(s, amount)| LiveOp::Arrive { scopes: s.into_iter().collect(), amount }),
+        2 => (any::<usize>(), prop::sample::select(vec![200u16, 200, 429, 503]))
+            .prop_map(|(which, status)| LiveOp::Finish { which, status }),
+        3 => prop_oneof![0u64..4_000, 0u64..60_000].prop_map(|millis| LiveOp::Advance { millis }),
+        1 => any::<usize>().prop_map(|which| LiveOp::Cancel { which }),
+    ]
+}
+
+/// Scopes whose slots lazy updates may free: rampup at its floor, rampup still lowering
+/// its delay, a quota, and a plain one.
+const LIVE: [&str; 4] = ["ramp", "slow", "cost", "a.com"];
+
+fn live_settings(backoff_window: f64, quota_window: f64) -> Settings {
+    let mut s = Settings::default()
+        .without_jitter()
+        .with_scope(
+            "ramp",
+            ScopeConfig::new()
+                .delay(0.0)
+                .max_concurrency(4)
+                .rampup(RampupConfig::default().min_delay(0.0)),
+        )
+        .with_scope(
+            "slow",
+            ScopeConfig::new()
+                .delay(2.0)
+                .max_concurrency(3)
+                .rampup(RampupConfig::default().min_delay(0.5)),
+        )
+        .with_scope(
+            "cost",
+            ScopeConfig::new()
+                .concurrency(2)
+                .quota(QUOTA)
+                .window(quota_window),
+        )
+        .with_scope("a.com", ScopeConfig::new().delay(1.0).concurrency(1));
+    // High enough never to matter: every slot here is a scope's.
+    s.concurrent_requests = 1000;
+    s.backoff_window = backoff_window;
+    s
+}
+
+type Waiting = BTreeMap<Ticket, (Vec<usize>, f64)>;
+
+/// No waiter is first in line on every one of its scopes, allowed by all of them now,
+/// while the throttler names no deadline at or before now: it would never be woken.
+fn no_forgotten_waiter(
+    t: &mut Throttler,
+    now: Timestamp,
+    waiting: &Waiting,
+    queues: &BTreeMap<usize, Vec<Ticket>>,
+) -> Result<(), TestCaseError> {
+    if t.poll_timeout().is_some_and(|d| d <= now) {
+        return Ok(());
+    }
+    for (ticket, (scopes, amount)) in waiting {
+        let first = scopes
+            .iter()
+            .all(|i| queues.get(i).and_then(|q| q.first()) == Some(ticket));
+        if !first {
+            continue;
+        }
+        let ready = scopes.iter().all(|&i| {
+            t.check_scope(ScopeUse::with_amount(LIVE[i], *amount), now)
+                .is_ok()
+        });
+        prop_assert!(
+            !ready,
+            "{ticket:?} on {:?} has a free slot and may go at {now:?}, but the next deadline is {:?}",
+            scopes.iter().map(|&i| LIVE[i]).collect::<Vec<_>>(),
+            t.poll_timeout()
+        );
+    }
+    Ok(())
+}
+
+fn run_live(backoff_window: f64, quota_window: f64, ops: &[LiveOp]) -> Result<(), TestCaseError> {
+    let mut t =
+        Throttler::new(live_settings(backoff_window, quota_window), Timestamp::ZERO).unwrap();
+    let mut now = Timestamp::ZERO;
+    let mut in_flight: Vec<Permit> = Vec::new();
+    let mut waiting: Waiting = BTreeMap::new();
+    // Each scope's waiters in arrival order (the order the throttler must serve them).
+    let mut queues: BTreeMap<usize, Vec<Ticket>> = BTreeMap::new();
+
+    let settle = |t: &mut Throttler,
+                  now: Timestamp,
+                  waiting: &mut Waiting,
+                  queues: &mut BTreeMap<usize, Vec<Ticket>>,
+                  in_flight: &mut Vec<Permit>| {
+        let mut admitted = Vec::new();
+        drive(t, now, &mut admitted);
+        for (ticket, p) in admitted {
+            waiting.remove(&ticket);
+            for q in queues.values_mut() {
+                q.retain(|&x| x != ticket);
+            }
+            in_flight.push(p);
+        }
+    };
+
+    for op in ops {
+        match op {
+            LiveOp::Arrive { scopes, amount } => {
+                let uses: Vec<ScopeUse<'_>> = scopes
+                    .iter()
+                    .map(|&i| ScopeUse::with_amount(LIVE[i], *amount))
+                    .collect();
+                match t.try_acquire_or_enqueue(&uses, RequestFlags::default(), now) {
+                    Ok(p) => in_flight.push(p),
+                    Err((ticket, _)) => {
+                        for &i in scopes {
+                            queues.entry(i).or_default().push(ticket);
+                        }
+                        waiting.insert(ticket, (scopes.clone(), *amount));
+                    }
+                }
+            }
+            LiveOp::Finish { which, status } => {
+                if !in_flight.is_empty() {
+                    let p = in_flight.swap_remove(which % in_flight.len());
+                    t.release(p, &Outcome::status(*status), now);
+                }
+            }
+            LiveOp::Cancel { which } => {
+                if let Some(&ticket) = waiting.keys().nth(which % waiting.len().max(1)) {
+                    prop_assert!(t.cancel(ticket));
+                    waiting.remove(&ticket);
+                    for q in queues.values_mut() {
+                        q.retain(|&x| x != ticket);
+                    }
+                }
+            }
+            LiveOp::Advance { millis } => {
+                // A runtime sleeps until the throttler's next deadline, wakes, serves
+                // whoever it woke, and sleeps again; nothing completes meanwhile.
+                let target = now + Duration::from_millis(*millis);
+                while let Some(d) = t.poll_timeout().filter(|&d| d <= target) {
+                    now = now.max(d);
+                    settle(&mut t, now, &mut waiting, &mut queues, &mut in_flight);
+                    no_forgotten_waiter(&mut t, now, &waiting, &queues)?;
+                }
+                now = target;
+                // No deadline came up to here: nobody may be ready to go now.
+                no_forgotten_waiter(&mut t, now, &waiting, &queues)?;
+            }
+        }
+        settle(&mut t, now, &mut waiting, &mut queues, &mut in_flight);
+        no_forgotten_waiter(&mut t, now, &waiting, &queues)?;
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn no_scope_has_a_free_slot_a_ready_waiter_and_no_deadline(
+        backoff_window in prop::sample::select(vec![0.0, 3.0, 10.0]),
+        quota_window in prop::sample::select(vec![0.0, 5.0, 20.0]),
+        ops in prop::collection::vec(live_op_strategy(), 1..100),
+    ) {
+        run_live(backoff_window, quota_window, &ops)?;
     }
 }
