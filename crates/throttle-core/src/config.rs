@@ -769,15 +769,17 @@ fn non_negative_secs(key: impl fmt::Display, v: f64) -> Result<(), ConfigError> 
     Ok(())
 }
 
-/// Windows: finite and not negative. 0 is Scrapy's "each window elapses at once":
-/// backoff recovers immediately, rampup is off, a quota resets on every request
-/// (docs/behaviour.md 3.2, 3.4, 3.5).
+/// Windows: 0, or finite and at least a millisecond. 0 is Scrapy's "each window
+/// elapses at once": backoff recovers immediately, rampup is off, a quota resets on every
+/// request (docs/behaviour.md 3.2, 3.4, 3.5). Positive windows shorter than a millisecond
+/// stay errors: the Redis script keeps times as doubles, where a nanosecond-scale window
+/// stops advancing a window start after ~100 days and its loop would never end.
 fn window_secs(key: impl fmt::Display, v: f64) -> Result<(), ConfigError> {
-    if !v.is_finite() || v < 0.0 {
+    if !v.is_finite() || v < 0.0 || (v > 0.0 && v < 0.001) {
         return Err(ConfigError::new(
             &key,
             format!(
-                "must be a finite number of seconds >= 0 (0: the window elapses at once), got {v}"
+                "must be 0 (the window elapses at once) or a finite number of seconds >= 0.001, got {v}"
             ),
         ));
     }

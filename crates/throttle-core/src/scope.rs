@@ -256,7 +256,8 @@ impl ScopeParams {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Gate {
     Open,
-    /// A delay, hard backoff or quota window holds it until then.
+    /// A delay, hard backoff or quota window holds it until then, or the scope is full
+    /// and its next rampup boundary may raise its concurrency then.
     NotUntil(Timestamp),
     /// All concurrency slots are taken.
     Full,
