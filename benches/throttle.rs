@@ -2,9 +2,9 @@
 //! limiter checking the same keys, in the same run.
 //!
 //!     cargo bench -p workspace-benches --bench throttle
-//!     scripts/bench-throttle        # the same, plus the README table with the ratio
+//!     scripts/bench-vs-peers        # the same among the others, with the ratio in docs/performance.md
 //!
-//! Both sides get the same 100,000 host names (the URL shapes of `shared/peers`), visited
+//! Both sides get the same 100,000 host names (the peers' URL shapes), visited
 //! round-robin so every call goes to a different key than the one before, and every key is
 //! created before measuring. governor answers one question (does this key have a cell in
 //! its GCRA budget?); the throttler reserves a scope, checks delay, concurrency, hard
