@@ -159,7 +159,8 @@ fn the_lease_stream_and_periodic_flushes_end_with_the_driver() {
             let _store = d.shutdown().await.unwrap();
             n
         };
-        let ((), n) = future::zip(flusher, crawl).await;
+        let (flushed, n) = future::zip(flusher, crawl).await;
+        assert!(flushed.is_ok(), "{flushed:?}");
         assert_eq!(n, 2);
     });
     // The flusher noticed the shutdown at its next tick.

@@ -406,14 +406,18 @@ where
     }
 
     /// Flushes every `every` (on the driver's clock) until the driver is shut down (group
-    /// commit's time bound while the crawl is idle). Spawn it on your executor:
-    /// `tokio::spawn(driver.clone().flush_every(..))`,
-    /// `smol::spawn(driver.clone().flush_every(..)).detach()`.
-    pub async fn flush_every(self, every: Duration) {
+    /// commit's time bound while the crawl is idle). Spawn it on your executor and look at
+    /// its result: `Ok` once the driver is shut down, the error of the first flush that
+    /// failed otherwise (flushing stops there: a store that cannot flush needs attention,
+    /// not retries). `tokio::spawn(driver.clone().flush_every(..))`,
+    /// `smol::spawn(driver.clone().flush_every(..))`.
+    pub async fn flush_every(self, every: Duration) -> Result<(), DriverError<B::StoreError>> {
         loop {
             self.inner.clock.sleep(every).await;
-            if self.flush().await.is_err() {
-                return;
+            match self.flush().await {
+                Ok(()) => {}
+                Err(DriverError::Closed) => return Ok(()),
+                Err(e) => return Err(e),
             }
         }
     }

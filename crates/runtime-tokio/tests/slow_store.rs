@@ -6,9 +6,10 @@
 use std::time::{Duration, Instant};
 
 use polite_frontier_core::{
-    Frontier, FrontierError, LeaseId, Poll, PushOutcome, Request, Scheduling, VolatileStore,
+    Frontier, FrontierError, LeaseId, MemoryStoreError, Poll, PushOutcome, Request, Scheduling,
+    VolatileStore,
 };
-use polite_runtime_tokio::{Clock, DriverFor};
+use polite_runtime_tokio::{Clock, DriverError, DriverFor};
 use polite_throttle_core::{
     CrawlDelayDecision, Outcome, QuotaReconcile, ScopeConfig, Settings, Timestamp,
 };
@@ -18,6 +19,8 @@ use polite_throttle_core::{
 struct SlowComplete {
     inner: Frontier<VolatileStore>,
     slow: Duration,
+    /// Every flush fails (a store whose disk went away).
+    flush_fails: bool,
 }
 
 type Error = FrontierError<<Frontier<VolatileStore> as Scheduling>::StoreError>;
@@ -90,6 +93,9 @@ impl Scheduling for SlowComplete {
     }
 
     fn flush(&mut self) -> Result<(), Error> {
+        if self.flush_fails {
+            return Err(FrontierError::Store(MemoryStoreError::UnknownSeq(0)));
+        }
         self.inner.flush()
     }
 
@@ -108,6 +114,7 @@ async fn a_poll_behind_a_slow_call_keeps_the_scope_delay() {
     let frontier = SlowComplete {
         inner: Frontier::in_memory(settings, clock.now()).unwrap(),
         slow: Duration::from_millis(800),
+        flush_fails: false,
     };
     let driver = DriverFor::new(frontier, clock);
     let requests = (0..3).map(|i| Request::get(format!("http://a.test/{i}")));
@@ -133,4 +140,34 @@ async fn a_poll_behind_a_slow_call_keeps_the_scope_delay() {
         gap >= Duration::from_secs_f64(DELAY * 0.9),
         "the third request came {gap:?} after the second (delay {DELAY} s)"
     );
+}
+
+/// `flush_every` reports the first flush that fails (and stops there) instead of
+/// ending silently, and ends with `Ok` once the driver is shut down.
+#[tokio::test(start_paused = true)]
+async fn flush_every_reports_a_failed_flush_and_ends_on_shutdown() {
+    let clock = Clock::wall();
+    let failing = SlowComplete {
+        inner: Frontier::in_memory(Settings::default(), clock.now()).unwrap(),
+        slow: Duration::ZERO,
+        flush_fails: true,
+    };
+    let driver = DriverFor::new(failing, clock);
+    let result = driver.clone().flush_every(Duration::from_secs(5)).await;
+    assert!(
+        matches!(result, Err(DriverError::Frontier(FrontierError::Store(_)))),
+        "{result:?}"
+    );
+
+    let healthy = SlowComplete {
+        inner: Frontier::in_memory(Settings::default(), clock.now()).unwrap(),
+        slow: Duration::ZERO,
+        flush_fails: false,
+    };
+    let driver = DriverFor::new(healthy, clock);
+    let flusher = tokio::spawn(driver.clone().flush_every(Duration::from_secs(5)));
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    assert!(!flusher.is_finished(), "flushes that succeed go on");
+    driver.shutdown().await.unwrap();
+    assert!(flusher.await.unwrap().is_ok());
 }

@@ -326,7 +326,14 @@ where
             }
         }
     }
-    flusher.abort();
+    // A periodic flush that failed is a failure of the crawl (the store needs attention).
+    if flusher.is_finished() {
+        if let Ok(Err(e)) = flusher.await {
+            failure.get_or_insert(anyhow::anyhow!("flushing the store failed: {e}"));
+        }
+    } else {
+        flusher.abort();
+    }
     let rows = ctx.rows().await;
     progress.finish(&rows);
     let left = driver.inspect(|f| f.len() as u64).await.unwrap_or(0);
