@@ -18,6 +18,9 @@
 //!     fn reopen(&mut self, store: MemoryStore) -> MemoryStore {
 //!         store
 //!     }
+//!     fn corrupt_payload(&mut self, store: &mut MemoryStore, seq: u64) -> bool {
+//!         store.overwrite_payload(seq, &[0xff]).is_ok()
+//!     }
 //! }
 //! // In a test file: polite_frontier_core::store_conformance_tests!(Memory);
 //! polite_frontier_core::conformance::run_all(&mut Memory);
@@ -49,12 +52,11 @@ pub trait Harness {
     /// releasing locks) before opening the data again.
     fn reopen(&mut self, store: Self::Store) -> Self::Store;
 
-    /// Damages the stored payload of request `seq` so it no longer decodes, if the store
-    /// can (`false` skips the check).
-    fn corrupt_payload(&mut self, store: &mut Self::Store, seq: u64) -> bool {
-        let _ = (store, seq);
-        false
-    }
+    /// Damages the stored payload of request `seq` so it no longer decodes, and returns
+    /// `true`. Required, so that no store skips the corruption check by default: return
+    /// `false` only for a store whose payloads cannot be damaged from outside, and say
+    /// why where you do (the check is then skipped).
+    fn corrupt_payload(&mut self, store: &mut Self::Store, seq: u64) -> bool;
 }
 
 fn t(secs: u64) -> Timestamp {
