@@ -36,11 +36,11 @@ async fn main() -> Result<(), Error> {
             match http.get(&url).send().await {
                 Ok(response) => {
                     let status = response.status().as_u16();
-                    let headers = response
-                        .headers()
-                        .iter()
-                        .map(|(k, v)| (k.as_str(), v.as_bytes()));
-                    permit.finish(&Outcome::response(status, headers, Some(unix_now())));
+                    permit.finish(&Outcome::response(
+                        status,
+                        response.headers(),
+                        Some(unix_now()),
+                    ));
                     println!("{status} {url}");
                 }
                 Err(_) => permit.finish(&Outcome::error("connection")),

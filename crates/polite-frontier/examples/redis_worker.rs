@@ -35,13 +35,8 @@ async fn main() -> Result<(), Error> {
                 let outcome = match http.get(&*lease.request.url).send().await {
                     Ok(response) => {
                         let status = response.status().as_u16();
-                        let headers: Vec<_> = response
-                            .headers()
-                            .iter()
-                            .map(|(k, v)| (k.as_str().to_owned(), v.as_bytes().to_vec()))
-                            .collect();
                         println!("{status} {}", lease.request.url);
-                        Outcome::response(status, headers, Some(unix_now()))
+                        Outcome::response(status, response.headers(), Some(unix_now()))
                     }
                     Err(_) => Outcome::error("connection"),
                 };

@@ -4,7 +4,7 @@
 //!     cargo run -p polite-frontier --features tokio,sqlite --example tokio_crawler -- http://127.0.0.1:8000/
 #![allow(clippy::print_stdout)] // examples print what they do
 use polite_frontier::sqlite::{SqliteOptions, SqliteStore};
-use polite_frontier::tokio::{Clock, Driver};
+use polite_frontier::tokio::{Clock, Driver, unix_now};
 use polite_frontier::{Frontier, FrontierConfig, Outcome, Request, Settings};
 use reqwest::Url;
 
@@ -36,11 +36,8 @@ async fn main() -> Result<(), Error> {
                     Ok(response) => {
                         let status = response.status().as_u16();
                         // Retry-After and RateLimit headers of a 429/503 set the backoff.
-                        let headers: Vec<_> = response
-                            .headers()
-                            .iter()
-                            .map(|(k, v)| (k.as_str().to_owned(), v.as_bytes().to_vec()))
-                            .collect();
+                        let outcome =
+                            Outcome::response(status, response.headers(), Some(unix_now()));
                         let base = response.url().clone();
                         let body = response.text().await.unwrap_or_default();
                         for link in links(&base, &body, &seed) {
@@ -49,7 +46,7 @@ async fn main() -> Result<(), Error> {
                                 .await?;
                         }
                         println!("{status} {}", lease.request.url);
-                        Outcome::response(status, headers, Some(polite_frontier::tokio::unix_now()))
+                        outcome
                     }
                     Err(e) if e.is_timeout() => Outcome::error("timeout"),
                     Err(_) => Outcome::error("connection"),
