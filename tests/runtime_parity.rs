@@ -14,7 +14,7 @@ macro_rules! parity_suite {
             use std::rc::Rc;
             use std::time::Duration;
 
-            use polite_frontier_core::{Frontier, Request};
+            use polite_frontier_core::{Frontier, Lease, Request, VolatileStore};
             use polite_throttle_core::{
                 Outcome, RampupConfig, ScopeConfig, ScopeUse, Settings, Timestamp,
             };
@@ -26,6 +26,24 @@ macro_rules! parity_suite {
 
             fn settings() -> Settings {
                 Settings::default().without_jitter()
+            }
+
+            /// The next lease of `d` while `first` is completed `after` from now: when it
+            /// came, and it.
+            async fn next_while_completing(
+                d: &Driver<VolatileStore>,
+                first: Lease,
+                after: Duration,
+            ) -> (Timestamp, Lease) {
+                let completing = async {
+                    d.clock().sleep(after).await;
+                    d.complete(first.id(), Outcome::status(200)).await.unwrap();
+                };
+                let next = async {
+                    let l = d.next().await.unwrap().unwrap();
+                    (d.now(), l)
+                };
+                futures_lite::future::zip(next, completing).await.0
             }
 
             /// Over a blocking store (polite-store-sqlite): calls run off the executor, virtual
@@ -216,14 +234,13 @@ macro_rules! parity_suite {
             #[test]
             fn a_rampup_step_wakes_a_waiting_task_at_the_window_end() {
                 $run(|clock| async move {
-                    let mut s = settings().with_scope(
+                    let s = settings().backoff_window(10).with_scope(
                         "slow.com",
                         ScopeConfig::new()
                             .delay(0.0)
                             .max_concurrency(3)
                             .rampup(RampupConfig::default()),
                     );
-                    s.backoff_window = 10.0;
                     let d =
                         Driver::new(Frontier::in_memory(s.clone(), clock.now()).unwrap(), clock);
                     for i in 0..2 {
@@ -232,16 +249,8 @@ macro_rules! parity_suite {
                             .unwrap();
                     }
                     let first = d.next().await.unwrap().unwrap();
-                    let d2 = d.clone();
-                    let response = async move {
-                        clock.sleep(Duration::from_secs(100)).await;
-                        d2.complete(first.id(), Outcome::status(200)).await.unwrap();
-                    };
-                    let waiter = async {
-                        let l = d.next().await.unwrap().unwrap();
-                        (d.now(), l)
-                    };
-                    let ((at, second), ()) = futures_lite::future::zip(waiter, response).await;
+                    let (at, second) =
+                        next_while_completing(&d, first, Duration::from_secs(100)).await;
                     assert_eq!(at, secs(10.0), "sent when rampup made room");
                     d.complete(second.id(), Outcome::status(200)).await.unwrap();
 
@@ -293,16 +302,8 @@ macro_rules! parity_suite {
                     d.push(Request::get("https://a.com/1")).await.unwrap();
                     d.push(Request::get("https://a.com/2")).await.unwrap();
                     let first = d.next().await.unwrap().unwrap();
-                    let d2 = d.clone();
-                    let finisher = async move {
-                        clock.sleep(Duration::from_millis(3250)).await;
-                        d2.complete(first.id(), Outcome::status(200)).await.unwrap();
-                    };
-                    let waiter = async {
-                        let l = d.next().await.unwrap().unwrap();
-                        (d.now(), l)
-                    };
-                    let ((at, l), ()) = futures_lite::future::zip(waiter, finisher).await;
+                    let (at, l) =
+                        next_while_completing(&d, first, Duration::from_millis(3250)).await;
                     assert_eq!(at, secs(3.25));
                     d.complete(l.id(), Outcome::status(200)).await.unwrap();
                 });

@@ -717,15 +717,16 @@ fn long_urls_come_back_whole_and_give_their_cells_back() {
 /// A host on rampup at its delay floor, one request at a time, raising its concurrency
 /// every quiet 10 s window up to 3.
 fn long_latency_rampup() -> Settings {
-    let mut s = Settings::default().without_jitter().with_scope(
-        "api.example",
-        ScopeConfig::new()
-            .delay(0.0)
-            .max_concurrency(3)
-            .rampup(RampupConfig::default().min_delay(0.0)),
-    );
-    s.backoff_window = 10.0;
-    s
+    Settings::default()
+        .without_jitter()
+        .backoff_window(10)
+        .with_scope(
+            "api.example",
+            ScopeConfig::new()
+                .delay(0.0)
+                .max_concurrency(3)
+                .rampup(RampupConfig::default().min_delay(0.0)),
+        )
 }
 
 /// A scope's state as of the last operation on it.

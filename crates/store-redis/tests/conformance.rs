@@ -547,14 +547,13 @@ fn rampup_crawl_delay_and_live_changes() {
 /// then only a completion makes room.
 #[test]
 fn rampup_boundaries_wake_waiting_requests() {
-    let mut s = base().with_scope(
+    let s = base().backoff_window(10).with_scope(
         "slow.com",
         ScopeConfig::new()
             .delay(0.0)
             .max_concurrency(3)
             .rampup(RampupConfig::default().min_delay(0.0)),
     );
-    s.backoff_window = 10.0;
     let mut steps: Vec<Step> = (0..5)
         .map(|i| Step::Push(get(&format!("https://slow.com/{i}"))))
         .collect();

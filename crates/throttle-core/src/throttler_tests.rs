@@ -1568,15 +1568,13 @@ fn a_zero_quota_window_resets_on_every_request() {
 /// A rampup scope at its delay floor, one request at a time, raising its concurrency
 /// every quiet window of 10 s up to 3.
 fn long_latency_rampup() -> Settings {
-    let mut s = Settings::default().with_scope(
+    Settings::default().backoff_window(10).with_scope(
         "api",
         ScopeConfig::new()
             .delay(0.0)
             .max_concurrency(3)
             .rampup(RampupConfig::default().min_delay(0.0)),
-    );
-    s.backoff_window = 10.0;
-    s
+    )
 }
 
 #[test]
