@@ -12,9 +12,7 @@
 //! in its spill cells). `PROFILE_PUSH_ALL=100` pushes through `push_all` in batches of
 //! 100 requests instead of one `push` each.
 #![allow(clippy::print_stdout)]
-use polite_frontier_core::{
-    DupeFilterConfig, Frontier, FrontierConfig, Policy, Poll, VolatileStore,
-};
+use polite_frontier_core::{DupeFilterConfig, Frontier, FrontierConfig, Poll, VolatileStore};
 use polite_throttle_core::{Outcome, Settings, Timestamp};
 use workspace_benches::{peer_requests, push_requests};
 
@@ -38,7 +36,6 @@ fn main() {
     s.concurrent_requests = u32::MAX;
     s.concurrent_requests_per_domain = 0;
     let config = FrontierConfig::default()
-        .policy(Policy::ThrottlingAware)
         .dupefilter(DupeFilterConfig::Disabled)
         .persist_scope_states(false);
     let mut f: Frontier<VolatileStore> =

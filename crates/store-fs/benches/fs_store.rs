@@ -23,8 +23,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use polite_frontier_core::{
-    DupeFilterConfig, Durability, Frontier, FrontierConfig, Policy, Poll, Request, Store,
-    VolatileStore,
+    Durability, Frontier, FrontierConfig, Poll, Request, Store, VolatileStore,
 };
 use polite_store_fs::{FsConfig, FsStore};
 use polite_throttle_core::{Outcome, Settings, Timestamp};
@@ -71,10 +70,7 @@ fn settings() -> Settings {
 }
 
 fn open_on<S: Store>(store: S) -> Frontier<S> {
-    let config = FrontierConfig::default()
-        .policy(Policy::ThrottlingAware)
-        .dupefilter(DupeFilterConfig::Exact)
-        .persist_scope_states(false);
+    let config = FrontierConfig::default().persist_scope_states(false);
     Frontier::open(settings(), config, store, Timestamp::ZERO)
         .unwrap_or_else(|e| panic!("open: {e}"))
 }
