@@ -771,6 +771,10 @@ local function release(permit, outcome, now)
     if not outcome.cancelled and is_trigger(p, outcome) then
       trigger(st, p, outcome.header, now)
     end
+    if outcome.budget then
+      -- The budget is spent: held until its reset (capped), no backoff step.
+      st.hu = math.max(st.hu, now + math.min(outcome.budget, secs_to_ns(p.bmax)))
+    end
     st.lu = now
   end
   if permit.counted then C.inf = C.inf - 1 end
@@ -2312,11 +2316,14 @@ local function redeliver_expired(now, limit)
   end
 end
 
+-- A response's third argument is its header delay in ns (-1: none), followed by
+-- "/" and the reset of a budget its headers announce as spent, when there is one.
 local function decode_outcome(kind, a, b)
   if kind == 's' then
-    local h = tonumber(b)
+    local hs, bs = string.match(b or '', '^(-?%d+)/(%d+)$')
+    local h = tonumber(hs or b)
     if h and h < 0 then h = nil end
-    return {status = tonumber(a), header = h}
+    return {status = tonumber(a), header = h, budget = tonumber(bs)}
   elseif kind == 'e' then
     return {error = a}
   end

@@ -952,11 +952,19 @@ impl RedisFrontier {
             Outcome::Response {
                 status,
                 header_delay,
-            } => [
-                b"s".to_vec(),
-                status.to_string().into_bytes(),
-                header_delay.map_or(b"-1".to_vec(), |d| nanos(d).to_string().into_bytes()),
-            ],
+                budget_reset,
+                ..
+            } => {
+                let mut delay = header_delay.map_or("-1".to_string(), |d| nanos(d).to_string());
+                if let Some(b) = budget_reset {
+                    delay = format!("{delay}/{}", nanos(b));
+                }
+                [
+                    b"s".to_vec(),
+                    status.to_string().into_bytes(),
+                    delay.into_bytes(),
+                ]
+            }
             Outcome::Error(kind) => [b"e".to_vec(), kind.as_bytes().to_vec(), Vec::new()],
             Outcome::Cancelled => [b"c".to_vec(), Vec::new(), Vec::new()],
             _ => {

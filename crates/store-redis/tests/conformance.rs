@@ -57,6 +57,8 @@ enum Out {
     Ok,
     Status(u16),
     RetryAfter(u16, u32),
+    /// A response announcing its budget spent until a reset this many seconds away.
+    Spent(u16, u32),
     Error(&'static str),
     Cancelled,
 }
@@ -69,6 +71,14 @@ impl Out {
             Out::RetryAfter(s, secs) => {
                 let v = secs.to_string();
                 Outcome::response(s, [("Retry-After", v.as_str())], None)
+            }
+            Out::Spent(s, secs) => {
+                let v = secs.to_string();
+                let h = [
+                    ("X-RateLimit-Remaining", "0"),
+                    ("X-RateLimit-Reset", v.as_str()),
+                ];
+                Outcome::response(s, h, None)
             }
             Out::Error(k) => Outcome::error(k),
             Out::Cancelled => Outcome::Cancelled,
@@ -264,6 +274,9 @@ fn run_both_with(
                 (Answer::Ok, Answer::Ok)
             }
         };
+        if std::env::var("CONF_TRACE").is_ok() && name.contains("102") {
+            eprintln!("{i} {step:?} @{now:?} -> {a:?}");
+        }
         assert_eq!(
             a, b,
             "{name} step {i} ({step:?}) at {now:?}: in-process vs redis"
@@ -375,6 +388,9 @@ fn backoff_steps_recovery_and_header_delays() {
         Out::RetryAfter(200, 30),   // not a trigger: ignored
         Out::Status(500),           // not in the default codes
         Out::RetryAfter(503, 1000), // capped at backoff_max_delay
+        Out::Spent(200, 4),         // held until the reset, no backoff step
+        Out::Spent(429, 9),
+        Out::Spent(200, 5000), // capped
     ];
     for round in 0..20 {
         steps.extend([
@@ -788,6 +804,7 @@ fn random_steps(rng: &mut Rng, n: usize) -> Vec<Step> {
                     2 => Out::Error("timeout"),
                     3 => Out::Status(500),
                     4 => Out::Cancelled,
+                    5 => Out::Spent(200, rng.below(10) as u32),
                     _ => Out::Ok,
                 };
                 Step::Complete(rng.below(8) as usize, out)

@@ -402,6 +402,15 @@ impl ScopeConfig {
     pub fn new() -> Self {
         Self::default()
     }
+    /// At most `n` requests a second: a delay of `1/n` seconds and no jitter. `n` must
+    /// be positive (validation names `delay` otherwise).
+    pub fn per_second(n: f64) -> Self {
+        Self::new().delay(1.0 / n).jitter(Jitter::NONE)
+    }
+    /// At most `n` requests a minute: a delay of `60/n` seconds and no jitter.
+    pub fn per_minute(n: f64) -> Self {
+        Self::per_second(n / 60.0)
+    }
     /// Sets `concurrency` (0 = unlimited).
     pub fn concurrency(mut self, n: u32) -> Self {
         self.concurrency = Some(n);
@@ -601,6 +610,28 @@ impl Settings {
     pub fn with_scope(mut self, name: impl Into<String>, config: ScopeConfig) -> Self {
         self.scopes.insert(name.into(), config);
         self
+    }
+
+    /// Defaults for a client of a rate-limited API rather than a crawler: no jitter on
+    /// delays (an API's limit is exact, and Scrapy's ±50% would halve the rate it
+    /// allows), backoff on 429 and 503 only (with transport errors), and robots.txt not
+    /// consulted. Give the API's limit with [`ScopeConfig::per_second`] or
+    /// [`ScopeConfig::per_minute`].
+    ///
+    /// ```
+    /// use polite_throttle_core::{ScopeConfig, Settings};
+    ///
+    /// let settings = Settings::api_client()
+    ///     .with_scope("api", ScopeConfig::per_second(10.0).concurrency(4));
+    /// assert!(settings.validate().is_ok());
+    /// ```
+    pub fn api_client() -> Self {
+        Settings {
+            randomize_download_delay: Jitter::NONE,
+            backoff_http_codes: vec![429, 503],
+            throttling_robotstxt_obey: false,
+            ..Settings::default()
+        }
     }
 
     /// Settings without any randomness: no jitter on delays or backoff. Handy for
@@ -1269,5 +1300,20 @@ mod tests {
         assert_eq!(Jitter::NONE.apply(2.0, &mut rng), 2.0);
         assert_eq!(Jitter::HALF.apply(0.0, &mut rng), 0.0);
         assert_eq!(Jitter::HALF.lower_bound(2.0), 1.0);
+    }
+
+    #[test]
+    fn api_client_preset() {
+        let s = Settings::api_client().with_scope("api", ScopeConfig::per_minute(120.0));
+        assert!(s.validate().is_ok());
+        let api = &s.scopes["api"];
+        assert_eq!((api.delay, api.jitter), (Some(0.5), Some(Jitter::NONE)));
+        assert_eq!(s.randomize_download_delay, Jitter::NONE);
+        assert_eq!(s.backoff_http_codes, vec![429, 503]);
+        for n in [0.0, -1.0, f64::NAN] {
+            let bad = Settings::api_client().with_scope("api", ScopeConfig::per_second(n));
+            let err = bad.validate().unwrap_err().to_string();
+            assert!(err.contains("delay"), "{n}: {err}");
+        }
     }
 }

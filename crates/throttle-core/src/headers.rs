@@ -47,26 +47,99 @@ where
     N: AsRef<[u8]>,
     V: AsRef<[u8]>,
 {
+    scan(headers, wall_clock).0
+}
+
+/// How long until a budget the headers announce as spent is renewed: the reset of a
+/// `RateLimit` field whose `remaining` (or `r`) is 0, or `RateLimit-Reset` /
+/// `X-RateLimit-Reset` beside a `RateLimit-Remaining` / `X-RateLimit-Remaining` of 0.
+/// `None` when no header says the budget is spent (or gives no reset).
+///
+/// A response that says so is not a failure (it may be a 200), but the next request
+/// would earn a 429: the throttler holds its scopes until the reset.
+///
+/// ```
+/// use core::time::Duration;
+/// use polite_throttle_core::budget_reset;
+///
+/// let spent = [("X-RateLimit-Remaining", "0"), ("X-RateLimit-Reset", "2")];
+/// assert_eq!(budget_reset(spent, None), Some(Duration::from_secs(2)));
+/// let left = [("RateLimit", "limit=10, remaining=3, reset=2")];
+/// assert_eq!(budget_reset(left, None), None);
+/// assert_eq!(budget_reset([("RateLimit", "\"default\";r=0;t=5")], None), Some(Duration::from_secs(5)));
+/// ```
+pub fn budget_reset<I, N, V>(headers: I, wall_clock: Option<Timestamp>) -> Option<Duration>
+where
+    I: IntoIterator<Item = (N, V)>,
+    N: AsRef<[u8]>,
+    V: AsRef<[u8]>,
+{
+    scan(headers, wall_clock).1
+}
+
+/// One pass over the headers: the largest requested wait, and the reset of a spent
+/// budget.
+pub(crate) fn scan<I, N, V>(
+    headers: I,
+    wall_clock: Option<Timestamp>,
+) -> (Option<Duration>, Option<Duration>)
+where
+    I: IntoIterator<Item = (N, V)>,
+    N: AsRef<[u8]>,
+    V: AsRef<[u8]>,
+{
     let mut best: Option<f64> = None;
+    // Resets and "remaining is zero" of the split header families.
+    let (mut ietf_reset, mut ietf_spent) = (None, false);
+    let (mut x_reset, mut x_spent) = (None, false);
+    let mut field_spent: Option<f64> = None;
     for (name, value) in headers {
         let name = name.as_ref();
         let value = value.as_ref();
         let secs = if name.eq_ignore_ascii_case(b"retry-after") {
             retry_after_secs(value, wall_clock)
         } else if name.eq_ignore_ascii_case(b"ratelimit-reset") {
-            decimal_seconds(value)
+            ietf_reset = decimal_seconds(value);
+            ietf_reset
         } else if name.eq_ignore_ascii_case(b"ratelimit") {
-            ratelimit_field_secs(value)
+            let (reset, spent) = ratelimit_field(value);
+            if let Some(s) = spent {
+                field_spent = Some(field_spent.map_or(s, |b: f64| b.max(s)));
+            }
+            reset
         } else if name.eq_ignore_ascii_case(b"x-ratelimit-reset") {
-            x_ratelimit_reset_secs(value, wall_clock)
+            x_reset = x_ratelimit_reset_secs(value, wall_clock);
+            x_reset
         } else {
+            if name.eq_ignore_ascii_case(b"ratelimit-remaining") {
+                ietf_spent = is_zero(value);
+            } else if name.eq_ignore_ascii_case(b"x-ratelimit-remaining") {
+                x_spent = is_zero(value);
+            }
             None
         };
         if let Some(s) = secs.filter(|s| s.is_finite() && *s > 0.0) {
             best = Some(best.map_or(s, |b: f64| b.max(s)));
         }
     }
-    best.map(crate::time::secs_to_duration)
+    let spent = [
+        field_spent,
+        ietf_reset.filter(|_| ietf_spent),
+        x_reset.filter(|_| x_spent),
+    ]
+    .into_iter()
+    .flatten()
+    .filter(|s| s.is_finite() && *s > 0.0)
+    .fold(None, |b: Option<f64>, s| Some(b.map_or(s, |b| b.max(s))));
+    (
+        best.map(crate::time::secs_to_duration),
+        spent.map(crate::time::secs_to_duration),
+    )
+}
+
+/// `0` (or `0.0`): a remaining budget of nothing.
+fn is_zero(value: &[u8]) -> bool {
+    decimal_seconds(value) == Some(0.0)
 }
 
 /// Parses one `Retry-After` value: delay-seconds or an HTTP-date.
@@ -156,21 +229,49 @@ fn decimal_seconds(value: &[u8]) -> Option<f64> {
 
 /// The reset delay in a `RateLimit` field: the largest `reset=` member or `t=` parameter.
 fn ratelimit_field_secs(value: &[u8]) -> Option<f64> {
-    let mut best: Option<f64> = None;
+    ratelimit_field(value).0
+}
+
+/// A `RateLimit` field's largest reset, and the largest reset of a policy whose
+/// remaining budget is 0. Both drafts are read: `limit=10, remaining=0, reset=30` (one
+/// policy per field) and `"name";r=0;t=30` (one policy per member).
+fn ratelimit_field(value: &[u8]) -> (Option<f64>, Option<f64>) {
+    let max = |b: Option<f64>, s: f64| Some(b.map_or(s, |b: f64| b.max(s)));
+    let (mut best, mut spent) = (None, None);
+    // The older draft spreads one policy over the members.
+    let (mut old_reset, mut old_spent) = (None, false);
     for member in split_outside_quotes(value, b',') {
+        let (mut reset, mut zero) = (None, false);
         for (i, part) in split_outside_quotes(member, b';').enumerate() {
             let Some(eq) = part.iter().position(|&b| b == b'=') else {
                 continue;
             };
             let key = part[..eq].trim_ascii();
-            let is_reset = (i == 0 && key.eq_ignore_ascii_case(b"reset"))
-                || (i > 0 && key.eq_ignore_ascii_case(b"t"));
-            if is_reset && let Some(s) = decimal_seconds(&part[eq + 1..]) {
-                best = Some(best.map_or(s, |b: f64| b.max(s)));
+            let v = &part[eq + 1..];
+            if i == 0 && key.eq_ignore_ascii_case(b"reset") {
+                old_reset = decimal_seconds(v).or(old_reset);
+                if let Some(s) = decimal_seconds(v) {
+                    best = max(best, s);
+                }
+            } else if i == 0 && key.eq_ignore_ascii_case(b"remaining") {
+                old_spent |= is_zero(v);
+            } else if i > 0 && key.eq_ignore_ascii_case(b"t") {
+                reset = decimal_seconds(v);
+                if let Some(s) = reset {
+                    best = max(best, s);
+                }
+            } else if i > 0 && key.eq_ignore_ascii_case(b"r") {
+                zero = is_zero(v);
             }
         }
+        if zero && let Some(s) = reset {
+            spent = max(spent, s);
+        }
     }
-    best
+    if old_spent && let Some(s) = old_reset {
+        spent = max(spent, s);
+    }
+    (best, spent)
 }
 
 /// Splits on `sep`, ignoring separators inside double-quoted strings.
@@ -391,6 +492,57 @@ fn asctime(v: &[u8]) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn budget_reset_needs_a_zero_remaining_and_a_reset_of_the_same_family() {
+        let b = |h: &[(&str, &str)]| budget_reset(h.iter().copied(), None).map(|d| d.as_secs_f64());
+        assert_eq!(
+            b(&[("RateLimit", "limit=10, remaining=0, reset=3")]),
+            Some(3.0)
+        );
+        assert_eq!(b(&[("RateLimit", "limit=10, remaining=2, reset=3")]), None);
+        assert_eq!(
+            b(&[("RateLimit", "\"a\";r=5;t=9, \"b\";r=0;t=4")]),
+            Some(4.0)
+        );
+        assert_eq!(
+            b(&[("RateLimit-Remaining", "0"), ("RateLimit-Reset", "1.5")]),
+            Some(1.5)
+        );
+        assert_eq!(
+            b(&[("ratelimit-reset", "1.5"), ("RATELIMIT-REMAINING", "0")]),
+            Some(1.5)
+        );
+        assert_eq!(
+            b(&[("X-RateLimit-Remaining", "0"), ("RateLimit-Reset", "7")]),
+            None
+        );
+        assert_eq!(b(&[("X-RateLimit-Remaining", "0")]), None, "no reset");
+        assert_eq!(
+            b(&[("X-RateLimit-Remaining", "00"), ("X-RateLimit-Reset", "2")]),
+            Some(2.0)
+        );
+        assert_eq!(
+            b(&[("X-RateLimit-Remaining", "-0"), ("X-RateLimit-Reset", "2")]),
+            None
+        );
+        assert_eq!(
+            b(&[("Retry-After", "5")]),
+            None,
+            "Retry-After is not a budget"
+        );
+        let wall = Timestamp::from_secs(1_735_689_600);
+        let abs = [
+            ("X-RateLimit-Remaining", "0"),
+            ("X-RateLimit-Reset", "1735689610"),
+        ];
+        assert_eq!(budget_reset(abs, Some(wall)), Some(Duration::from_secs(10)));
+        // header_delay is unchanged by the budget scan.
+        assert_eq!(
+            header_delay([("RateLimit", "limit=10, remaining=2, reset=3")], None),
+            Some(Duration::from_secs(3))
+        );
+    }
+
     use super::*;
     use proptest::prelude::*;
     use std::time::{SystemTime, UNIX_EPOCH};

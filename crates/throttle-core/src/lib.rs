@@ -102,8 +102,8 @@ pub use config::{
     ScopeConfig, Seconds, Settings, StartOrder,
 };
 pub use headers::{
-    header_delay, parse_http_date, parse_ratelimit, parse_ratelimit_reset, parse_retry_after,
-    parse_x_ratelimit_reset,
+    budget_reset, header_delay, parse_http_date, parse_ratelimit, parse_ratelimit_reset,
+    parse_retry_after, parse_x_ratelimit_reset,
 };
 pub use outcome::Outcome;
 pub use prefetch::prefetch;

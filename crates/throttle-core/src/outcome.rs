@@ -2,7 +2,9 @@
 
 use core::time::Duration;
 
-use crate::headers::header_delay;
+use crate::headers::scan;
+#[cfg(doc)]
+use crate::headers::{budget_reset, header_delay};
 use crate::scope::BackoffParams;
 use crate::time::Timestamp;
 
@@ -20,13 +22,18 @@ use crate::time::Timestamp;
 #[derive(Clone, Copy, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum Outcome<'a> {
-    /// A response arrived.
+    /// A response arrived. Build it with [`Outcome::status`] or [`Outcome::response`].
+    #[non_exhaustive]
     Response {
         /// Its HTTP status.
         status: u16,
         /// The wait its rate-limit headers asked for (see [`header_delay`]); honoured
         /// only when the status is a backoff trigger.
         header_delay: Option<Duration>,
+        /// How long until the budget its headers announce as spent is renewed (see
+        /// [`budget_reset`]); honoured on any status, without a backoff step: the
+        /// request's scopes send nothing more until then.
+        budget_reset: Option<Duration>,
     },
     /// The request failed with an error of this kind (`"timeout"`, `"connection"`,
     /// `"data_loss"` or any name listed in `backoff_exceptions`).
@@ -42,6 +49,7 @@ impl<'a> Outcome<'a> {
         Outcome::Response {
             status,
             header_delay: None,
+            budget_reset: None,
         }
     }
 
@@ -53,9 +61,25 @@ impl<'a> Outcome<'a> {
         N: AsRef<[u8]>,
         V: AsRef<[u8]>,
     {
+        let (header_delay, budget_reset) = scan(headers, wall_clock);
         Outcome::Response {
             status,
-            header_delay: header_delay(headers, wall_clock),
+            header_delay,
+            budget_reset,
+        }
+    }
+
+    /// A response whose rate-limit headers were read already (by [`header_delay`] and
+    /// [`budget_reset`], or recorded by a simulation).
+    pub fn parsed(
+        status: u16,
+        header_delay: Option<Duration>,
+        budget_reset: Option<Duration>,
+    ) -> Self {
+        Outcome::Response {
+            status,
+            header_delay,
+            budget_reset,
         }
     }
 
@@ -69,6 +93,14 @@ impl<'a> Outcome<'a> {
             Outcome::Response { status, .. } => backoff.triggers_on_status(status),
             Outcome::Error(kind) => backoff.triggers_on_error(kind),
             Outcome::Cancelled => false,
+        }
+    }
+
+    /// The reset of a budget the response's headers announce as spent.
+    pub(crate) fn budget_reset(&self) -> Option<Duration> {
+        match *self {
+            Outcome::Response { budget_reset, .. } => budget_reset,
+            _ => None,
         }
     }
 

@@ -631,6 +631,14 @@ impl ScopeState {
         }
     }
 
+    /// A response announced its budget spent: nothing is sent before the reset (capped
+    /// at `backoff_max_delay`), with no backoff step, since nothing failed.
+    pub(crate) fn hold(&mut self, p: &ScopeParams, reset: Duration, now: Timestamp) {
+        let reset = reset.min(secs_to_duration(p.backoff.max_delay));
+        self.hard_until = self.hard_until.max(now + reset);
+        event!(debug, scope = %self.name, wait = reset.as_secs_f64(), "budget spent: held until its reset");
+    }
+
     /// `delay_scope`: a hard delay of `wait`, not capped, counted as a trigger.
     pub(crate) fn hard_delay(&mut self, p: &ScopeParams, wait: Duration, now: Timestamp) {
         self.level = self.level.saturating_add(1).min(MAX_LEVEL);

@@ -842,8 +842,13 @@ impl Throttler {
         let p = &self.params[state.params as usize];
         state.advance(p, now);
         state.record_done();
-        if !dont_track && outcome.is_trigger(&p.backoff) {
-            state.trigger(p, outcome.header_delay(), now, &mut self.rng);
+        if !dont_track {
+            if outcome.is_trigger(&p.backoff) {
+                state.trigger(p, outcome.header_delay(), now, &mut self.rng);
+            }
+            if let Some(reset) = outcome.budget_reset() {
+                state.hold(p, reset, now);
+            }
         }
         state.last_used = now;
         self.wake_scope(i);

@@ -340,10 +340,7 @@ impl<'w> Sim<'w> {
         self.out.done(now, &flight.label, &flight.answer)?;
         self.tally.count_answer(flight.group, &flight.answer);
         let outcome = match &flight.answer {
-            Answer::Status(status) => Outcome::Response {
-                status: *status,
-                header_delay: flight.header_delay,
-            },
+            Answer::Status(status) => Outcome::parsed(*status, flight.header_delay, None),
             Answer::Error(kind) => Outcome::Error(kind),
         };
         let fate = world.fate(&flight.tag, &flight.answer);
