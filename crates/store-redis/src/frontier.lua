@@ -1774,15 +1774,25 @@ local function parked_on(key, g, name)
   return g.st == 'P' and g.ps ~= nil and uses_of(key)[g.ps][1] == name
 end
 
--- The best group still parked on scope `name`.
+-- The best group still parked on scope `name`. A group sharing any of its scopes with
+-- others was ranked with the load it had when it parked: its rank is refreshed (lazily,
+-- at the top) so that equal-priority groups tie-break on today's load. That goes for the
+-- one group parked on a scope nobody else uses too (it may share its other scopes), as
+-- Scheduler::best_parked refreshes by the group, not by the scope.
 local function best_parked(name)
   local s = SSr(name)
   if not s.sh then
-    local r = s.ow and rec(s.ow)
+    local key = s.ow
+    local r = key and rec(key)
     local g = r and r.g
-    if g and parked_on(s.ow, g, name) then
-      G(s.ow)
-      return s.ow
+    if g and parked_on(key, g, name) then
+      G(key)
+      if g.sh then
+        g.ld = tload(uses_of(key), 1)
+        g.tier = tier_of(rank_member(key))
+        rmark(key)
+      end
+      return key
     end
     return nil
   end
@@ -1795,8 +1805,6 @@ local function best_parked(name)
     local g = r and r.g
     if g and parked_on(key, g, name) and g.tier and listing(key, g) == m then
       G(key)
-      -- A group sharing a scope was ranked with the load it had when it parked: refresh
-      -- it (lazily, at the top) so equal-priority groups tie-break on today's load.
       if not g.sh then return key end
       g.ld = tload(uses_of(key), 1)
       rmark(key)

@@ -274,9 +274,6 @@ fn run_both_with(
                 (Answer::Ok, Answer::Ok)
             }
         };
-        if std::env::var("CONF_TRACE").is_ok() && name.contains("102") {
-            eprintln!("{i} {step:?} @{now:?} -> {a:?}");
-        }
         assert_eq!(
             a, b,
             "{name} step {i} ({step:?}) at {now:?}: in-process vs redis"
@@ -500,6 +497,48 @@ fn multi_scope_admission_and_ordering() {
         steps.extend([Step::Poll, Step::Complete(0, Out::Ok)]);
     }
     run_both("fifo_depth", fifo, &["e.com"], &steps);
+}
+
+/// A group parked on a scope no other group uses is still ranked with today's load when
+/// that scope wakes it, if it shares another of its scopes: `a.com + c.com` parks on
+/// `c.com` (held by a delay) while `a.com` has a request of its own group in flight (load
+/// 0.5); once that request is done and `c.com`'s wait is over, it ties with `b.com` on
+/// priority and load 0 and goes first for its larger quota amount. Ranked with the load it
+/// parked with, it went after `b.com`.
+#[test]
+fn a_group_parked_on_an_unshared_scope_ranks_with_todays_load() {
+    let s = base().with_scope("a.com", ScopeConfig::new().concurrency(2));
+    let steps = [
+        Step::Push(get("https://a.com/1")),
+        Step::Poll, // a.com/1 in flight: a.com's load is 0.5
+        Step::Push(get("https://c.com/x").scope("a.com").scope("c.com")),
+        Step::DelayScope("c.com", 5.0),
+        Step::Poll, // the a.com + c.com group parks on c.com, ranked at load 0.5
+        Step::Complete(0, Out::Ok),
+        Step::Advance(5000),
+        Step::Push(get("https://b.com/1")),
+        Step::Peek,
+        Step::Poll, // c.com's timer wakes its group, now at load 0
+        Step::Poll,
+    ];
+    run_both(
+        "unshared_scope_parking",
+        s,
+        &["a.com", "b.com", "c.com"],
+        &steps,
+    );
+    if server().is_some() {
+        let polls = POLLS.with(|p| p.borrow().clone());
+        assert_eq!(
+            polls,
+            [
+                "ready #0 https://a.com/1",
+                "until 1005000000000",
+                "ready #1 https://c.com/x",
+                "ready #2 https://b.com/1",
+            ]
+        );
+    }
 }
 
 #[test]
