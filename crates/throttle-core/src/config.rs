@@ -613,8 +613,8 @@ impl Settings {
     }
 
     /// Defaults for a client of a rate-limited API rather than a crawler: no jitter on
-    /// delays (an API's limit is exact, and Scrapy's ±50% would halve the rate it
-    /// allows), backoff on 429 and 503 only (with transport errors), and robots.txt not
+    /// delays or backoff (an API's limit is exact, and Scrapy's ±50% would halve the
+    /// rate it allows), backoff on 429 and 503 only (with transport errors), and robots.txt not
     /// consulted. Give the API's limit with [`ScopeConfig::per_second`] or
     /// [`ScopeConfig::per_minute`].
     ///
@@ -628,6 +628,7 @@ impl Settings {
     pub fn api_client() -> Self {
         Settings {
             randomize_download_delay: Jitter::NONE,
+            backoff_jitter: Jitter::NONE,
             backoff_http_codes: vec![429, 503],
             throttling_robotstxt_obey: false,
             ..Settings::default()
