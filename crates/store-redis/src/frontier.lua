@@ -413,6 +413,21 @@ local function rampup_boundary(st, p, r)
   end
 end
 
+-- The first trigger beyond the target in a window undoes rampup's last step (the last
+-- concurrency raise, or else the last delay cut), never past the starting values.
+local function rampup_step_back(st, p, r)
+  local floor_d = math.max(r.min_delay, st.rf or 0)
+  local top = math.max(p.delay, floor_d)
+  if st.bd <= floor_d and p.concurrency ~= 0 and st.c > p.concurrency then
+    st.c = st.c - 1
+  elseif st.bd < top then
+    local back = floor_d
+    if st.bd > 0 then back = st.bd / r.factor end
+    st.bd = math.min(back, top)
+    st.d = math.max(st.d, st.bd)
+  end
+end
+
 local function ramp_saturated(st, p, r)
   local floor_d = math.max(r.min_delay, st.rf or 0)
   return st.d <= floor_d and (st.rf ~= nil or st.c == 0 or st.c >= p.max_concurrency)
@@ -526,6 +541,7 @@ local function trigger(st, p, header_ns, now)
   end
   local r = p.rampup
   if r and st.wt <= r.high then return end
+  if r and st.wt == r.high + 1 then rampup_step_back(st, p, r) end
   st.lv = math.min(st.lv + 1, MAX_LEVEL)
   st.ba = now
   if header_ns then

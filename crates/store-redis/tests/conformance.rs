@@ -596,6 +596,38 @@ fn rampup_crawl_delay_and_live_changes() {
     run_both("rampup", s, &["r.com", "k.com", "m.com", "z.com"], &steps);
 }
 
+/// Rampup overshoots and steps back: quiet stretches ramp the delay down and then the
+/// concurrency up; bursts of 429s (more than the target in one window) undo one step
+/// each, first a concurrency raise, then delay cuts, never past the start.
+#[test]
+fn rampup_steps_back_on_bursts() {
+    let mut s = base().with_scope(
+        "r.com",
+        ScopeConfig::new()
+            .delay(0.8)
+            .max_concurrency(3)
+            .rampup(RampupConfig::default().delay_factor(0.5).min_delay(0.2)),
+    );
+    s.backoff_window = 4.0;
+    let mut steps = Vec::new();
+    for i in 0..200 {
+        steps.push(Step::Push(get(&format!("https://r.com/{i}"))));
+    }
+    for round in 0..150 {
+        let burst = (40..46).contains(&round) || (90..100).contains(&round);
+        let out = if burst { Out::Status(429) } else { Out::Ok };
+        steps.extend([
+            Step::Poll,
+            Step::Poll,
+            Step::Complete(0, out),
+            Step::Poll,
+            Step::Sleep,
+            Step::Advance(400),
+        ]);
+    }
+    run_both("rampup step back", s, &["r.com"], &steps);
+}
+
 /// A long-latency scope on rampup at its delay floor, one at a time, 10 s windows: each
 /// quiet window's end raises its concurrency, and a request already waiting goes at that
 /// moment (both sides name the boundary as the next deadline), up to max_concurrency;

@@ -472,6 +472,28 @@ impl ScopeState {
         }
     }
 
+    /// The first trigger beyond the target in a window: rampup went a step too far, so
+    /// that step is undone (the last concurrency raise, or else the last delay cut), never
+    /// past the scope's starting concurrency or delay. Without it a rampup that overshot
+    /// the server's limit would stay there, backing off and recovering to the same too-fast
+    /// base for ever.
+    fn rampup_step_back(&mut self, p: &ScopeParams, r: &RampupParams) {
+        let floor = r.min_delay.max(self.robots_floor.unwrap_or(0.0));
+        if self.base_delay <= floor && self.concurrency > p.concurrency && p.concurrency != 0 {
+            self.concurrency -= 1;
+            event!(debug, scope = %self.name, concurrency = self.concurrency, "rampup: stepped back (concurrency)");
+        } else if self.base_delay < p.delay.max(floor) {
+            let back = if self.base_delay > 0.0 {
+                self.base_delay / r.delay_factor
+            } else {
+                floor
+            };
+            self.base_delay = back.min(p.delay.max(floor));
+            self.delay = self.delay.max(self.base_delay);
+            event!(debug, scope = %self.name, delay = self.base_delay, "rampup: stepped back (delay)");
+        }
+    }
+
     fn ramp_saturated(&self, p: &ScopeParams, r: &RampupParams) -> bool {
         let floor = r.min_delay.max(self.robots_floor.unwrap_or(0.0));
         self.delay <= floor
@@ -608,6 +630,11 @@ impl ScopeState {
         {
             event!(debug, scope = %self.name, window_triggers = self.window_triggers, "rampup: trigger within target, rate held");
             return;
+        }
+        if let Some(r) = p.rampup
+            && self.window_triggers == r.target.high.saturating_add(1)
+        {
+            self.rampup_step_back(p, &r);
         }
         self.level = self.level.saturating_add(1).min(MAX_LEVEL);
         self.backoff_anchor = now;

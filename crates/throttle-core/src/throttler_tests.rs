@@ -668,6 +668,41 @@ fn rampup_holds_inside_the_target_and_backs_off_above_it() {
 }
 
 #[test]
+fn rampup_steps_back_when_it_overshoots() {
+    let mut t = new(rampup_settings());
+    stats_after_first_use(&mut t);
+    // Ramped to delay 0.25, then concurrency 2 (at 180).
+    assert_eq!((stats(&mut t, "api", 180.0).concurrency), 2);
+    // Two 429s in one window (target 1): the second undoes the last step (the
+    // concurrency raise) and backs off; a third in the same window undoes nothing more.
+    let ps = [admit(&mut t, "api", 181.0), admit(&mut t, "api", 181.25)];
+    finish(&mut t, ps[0], 429, 181.5);
+    finish(&mut t, ps[1], 429, 181.5);
+    let st = stats(&mut t, "api", 181.5);
+    assert_eq!((st.level, st.base_delay, st.concurrency), (1, 0.25, 1));
+    let p = admit(&mut t, "api", 185.0);
+    finish(&mut t, p, 429, 185.0);
+    assert_eq!(stats(&mut t, "api", 185.0).concurrency, 1);
+    // Next window: at concurrency 1 (the start), the delay cut is undone instead.
+    let ps = admit(&mut t, "api", 250.0);
+    finish(&mut t, ps, 429, 250.0);
+    let p = admit(&mut t, "api", 260.0);
+    finish(&mut t, p, 429, 260.0);
+    let st = stats(&mut t, "api", 260.0);
+    assert_eq!((st.base_delay, st.concurrency), (0.5, 1));
+    // Never above the starting delay.
+    for w in 0..4 {
+        let now = 400.0 + 60.0 * w as f64;
+        for k in 0..2 {
+            let p = admit(&mut t, "api", now + 10.0 * k as f64);
+            finish(&mut t, p, 429, now + 10.0 * k as f64);
+        }
+        assert!(stats(&mut t, "api", now + 10.0).base_delay <= 1.0);
+    }
+    assert_eq!(stats(&mut t, "api", 590.0).base_delay, 1.0);
+}
+
+#[test]
 fn rampup_never_undoes_a_crawl_delay() {
     let mut t = new(rampup_settings());
     touch(&mut t, "api", 0.0);

@@ -33,7 +33,7 @@ async fn main() -> Result<(), Error> {
     // calls a second, 4 at once, and rampup halves the delay after each quiet 2-second
     // window until the API answers 429.
     let settings = Settings::api_client()
-        .backoff_window(2.0)
+        .backoff_window(5.0)
         .backoff_min_delay(0.1)
         .with_scope(
             "api",

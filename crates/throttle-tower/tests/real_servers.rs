@@ -28,7 +28,7 @@ struct Run {
 /// rampup in 2-second windows, throttling answers retried.
 fn preset() -> Settings {
     Settings::api_client()
-        .backoff_window(2.0)
+        .backoff_window(5.0)
         .backoff_min_delay(0.1)
         .with_scope(
             "api",
@@ -89,7 +89,7 @@ async fn nginx_limit_req_settles_near_the_limit_with_few_429s() {
     let Some(nginx) = Nginx::start(10, 0) else {
         return;
     };
-    let n = 250;
+    let n = 300;
     let urls = (0..n).map(|i| nginx.url(&format!("/item/{i}"))).collect();
     let r = run(preset(), urls).await;
     let sent = n + r.throttled;
