@@ -541,7 +541,7 @@ local function trigger(st, p, header_ns, now)
   end
   local r = p.rampup
   if r and st.wt <= r.high then return end
-  if r and st.wt == r.high + 1 then rampup_step_back(st, p, r) end
+  if r and r.step_back and st.wt == r.high + 1 then rampup_step_back(st, p, r) end
   st.lv = math.min(st.lv + 1, MAX_LEVEL)
   st.ba = now
   if header_ns then

@@ -58,6 +58,7 @@ pub(crate) fn scope_params(settings: &Settings, kind: ScopeKind, config: &ScopeC
                 "high": ramp.target.high,
                 "factor": ramp.delay_factor,
                 "min_delay": ramp.min_delay,
+                "step_back": ramp.step_back,
             }),
         );
     }

@@ -603,10 +603,12 @@ fn rampup_crawl_delay_and_live_changes() {
 fn rampup_steps_back_on_bursts() {
     let mut s = base().with_scope(
         "r.com",
-        ScopeConfig::new()
-            .delay(0.8)
-            .max_concurrency(3)
-            .rampup(RampupConfig::default().delay_factor(0.5).min_delay(0.2)),
+        ScopeConfig::new().delay(0.8).max_concurrency(3).rampup(
+            RampupConfig::default()
+                .delay_factor(0.5)
+                .min_delay(0.2)
+                .step_back(true),
+        ),
     );
     s.backoff_window = 4.0;
     let mut steps = Vec::new();

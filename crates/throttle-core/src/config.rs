@@ -311,6 +311,12 @@ pub struct RampupConfig {
     /// Rampup never lowers the delay below this many seconds. Default 0.
     #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
     pub min_delay: Option<f64>,
+    /// Whether the first trigger beyond the target in a window undoes rampup's last step
+    /// (docs/behaviour.md §3.4). Default `false`, as Scrapy's design; turn it on for an
+    /// exact limiter and no jitter (an API), where a probe past the limit would
+    /// otherwise stay there.
+    #[cfg_attr(feature = "serde", serde(skip_serializing_if = "Option::is_none"))]
+    pub step_back: Option<bool>,
 }
 
 /// Whether a scope probes for its fastest tolerated rate: `true`, `false` or a table.
@@ -388,6 +394,7 @@ setters!(RampupConfig {
     opt backoff_target: BackoffTarget => "Sets the backoff triggers per window to aim for.";
     opt delay_factor: f64 => "Sets the multiplier of the delay per rampup step, in (0, 1).";
     optsecs min_delay: f64 => "Sets the delay rampup never goes below (seconds or a [`Duration`]).";
+    opt step_back: bool => "Sets whether an overshoot undoes rampup's last step.";
 });
 
 impl Rampup {

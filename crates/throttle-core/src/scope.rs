@@ -141,6 +141,8 @@ pub struct RampupParams {
     pub delay_factor: f64,
     /// The lowest delay rampup goes down to, in seconds.
     pub min_delay: f64,
+    /// Whether an overshoot undoes the last step.
+    pub step_back: bool,
 }
 
 /// A scope's configuration resolved against the global settings: what a fresh state of
@@ -198,6 +200,7 @@ impl ScopeParams {
                 target: r.backoff_target.unwrap_or(settings.rampup_backoff_target),
                 delay_factor: r.delay_factor.unwrap_or(0.5),
                 min_delay: r.min_delay.unwrap_or(0.0),
+                step_back: r.step_back.unwrap_or(false),
             }),
         };
         let concurrency = match (config.concurrency, rampup.is_some()) {
@@ -632,6 +635,7 @@ impl ScopeState {
             return;
         }
         if let Some(r) = p.rampup
+            && r.step_back
             && self.window_triggers == r.target.high.saturating_add(1)
         {
             self.rampup_step_back(p, &r);

@@ -669,7 +669,11 @@ fn rampup_holds_inside_the_target_and_backs_off_above_it() {
 
 #[test]
 fn rampup_steps_back_when_it_overshoots() {
-    let mut t = new(rampup_settings());
+    let mut s = rampup_settings();
+    if let Rampup::On(r) = &mut s.scopes.get_mut("api").unwrap().rampup {
+        r.step_back = Some(true);
+    }
+    let mut t = new(s);
     stats_after_first_use(&mut t);
     // Ramped to delay 0.25, then concurrency 2 (at 180).
     assert_eq!((stats(&mut t, "api", 180.0).concurrency), 2);
@@ -700,6 +704,15 @@ fn rampup_steps_back_when_it_overshoots() {
         assert!(stats(&mut t, "api", now + 10.0).base_delay <= 1.0);
     }
     assert_eq!(stats(&mut t, "api", 590.0).base_delay, 1.0);
+
+    // Off (the default): the same burst leaves the ramped concurrency alone.
+    let mut t = new(rampup_settings());
+    stats_after_first_use(&mut t);
+    let ps = [admit(&mut t, "api", 181.0), admit(&mut t, "api", 181.25)];
+    finish(&mut t, ps[0], 429, 181.5);
+    finish(&mut t, ps[1], 429, 181.5);
+    let st = stats(&mut t, "api", 181.5);
+    assert_eq!((st.level, st.base_delay, st.concurrency), (1, 0.25, 2));
 }
 
 #[test]

@@ -39,7 +39,7 @@ async fn main() -> Result<(), Error> {
             "api",
             ScopeConfig::per_second(5.0)
                 .concurrency(4)
-                .rampup(RampupConfig::default().delay_factor(0.8)),
+                .rampup(RampupConfig::default().delay_factor(0.8).step_back(true)),
         );
     let throttle = Throttle::new(settings, Clock::wall())?;
     let throttled = Arc::new(AtomicU64::new(0));

@@ -34,7 +34,7 @@ fn preset() -> Settings {
             "api",
             ScopeConfig::per_second(5.0)
                 .concurrency(4)
-                .rampup(RampupConfig::default().delay_factor(0.8)),
+                .rampup(RampupConfig::default().delay_factor(0.8).step_back(true)),
         )
 }
 
