@@ -99,6 +99,9 @@ pub use polite_store_redis as redis;
 #[cfg(feature = "sqlite")]
 #[doc(inline)]
 pub use polite_store_sqlite as sqlite;
+#[cfg(feature = "tower")]
+#[doc(inline)]
+pub use polite_throttle_tower as tower;
 
 pub use polite_frontier_core::{
     DupeFilterConfig, Frontier, FrontierConfig, FrontierError, Lease, LeaseId, Policy, Poll,

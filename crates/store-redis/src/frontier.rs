@@ -11,8 +11,8 @@ use polite_frontier_core::{
     parse_group_key,
 };
 use polite_throttle_core::{
-    ConfigError, CrawlDelayDecision, Outcome, QuotaReconcile, Settings, Throttler, Timestamp,
-    secs_to_duration,
+    ConfigError, CrawlDelayDecision, NotReady, Outcome, QuotaReconcile, ScopeUse, Settings,
+    Throttler, Timestamp, secs_to_duration,
 };
 use redis::Value;
 
@@ -260,9 +260,20 @@ pub struct RedisInfo {
     pub in_flight: u64,
     /// Scope groups with requests queued, delayed or in flight.
     pub groups: u64,
+    /// Standalone permits held ([`RedisFrontier::try_acquire`]), by every process; they
+    /// count in [`in_flight`](Self::in_flight), not in [`leased`](Self::leased).
+    pub permits: u64,
     /// The counters with Scrapy's names (store `redis`).
     pub stats: FrontierStats,
 }
+
+/// A permit held by a standalone request (one sent without the queue), taken with
+/// [`RedisFrontier::try_acquire`] and handed back with [`RedisFrontier::release`].
+///
+/// It names a record in Redis, so any handle on the same crawl may release it; it expires
+/// after [`RedisConfig::lease_timeout`] if nobody does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RedisPermit(u64);
 
 /// A crawl frontier in Redis, shared by every worker (thread, process or machine) that
 /// opens the same crawl on the same server: one queue, one duplicate filter, one
@@ -1013,6 +1024,97 @@ impl RedisFrontier {
         Ok(done)
     }
 
+    /// Takes a slot on every scope of `scopes` at once, for a request sent without the
+    /// queue (an API client), if all of them allow a send at `now`: the same admission as
+    /// [`Throttler::try_acquire`] (delay and jitter, concurrency, quotas with the uses'
+    /// amounts, backoff, header delays and spent budgets, the global
+    /// `concurrent_requests` cap), on the crawl's own scope states. Crawl workers and API
+    /// clients that open the same crawl share one politeness budget.
+    ///
+    /// Otherwise nothing is reserved and the answer says why: `NotUntil(t)`, with `t` on
+    /// the caller's clock like [`poll`](Self::poll)'s answers, or `Blocked` when a
+    /// concurrency limit is full (a release, possibly by another process, lifts it: look
+    /// again after [`RedisConfig::recheck`] or so).
+    ///
+    /// The permit must be [released](Self::release) within [`RedisConfig::lease_timeout`]:
+    /// after that it expires (its process is presumed dead) and its slots are freed with a
+    /// cancelled outcome, like an expired lease. Expired leases and permits are reclaimed
+    /// by this call first (at most [`RedisConfig::redeliver_batch`]). Permits do not
+    /// count in [`in_flight`](Self::in_flight) (leases only); they count in the crawl's
+    /// throttled in flight ([`RedisInfo::in_flight`]) and in [`RedisInfo::permits`].
+    pub fn try_acquire(
+        &mut self,
+        scopes: &[ScopeUse<'_>],
+        now: Timestamp,
+    ) -> Result<std::result::Result<RedisPermit, NotReady>> {
+        let mut args = Vec::with_capacity(2 + 3 * scopes.len());
+        args.push(nanos(self.config.lease_timeout).to_string().into_bytes());
+        args.push(self.config.redeliver_batch.to_string().into_bytes());
+        for u in scopes {
+            if u.scope.starts_with('\0') {
+                return Err(store_err(RedisStoreError::Invalid {
+                    detail: format!("scope name {:?} must not start with a NUL byte", u.scope),
+                }));
+            }
+            // As the throttler: a negative or NaN amount counts as 0.
+            let amount = if u.amount.is_nan() || u.amount < 0.0 {
+                0.0
+            } else {
+                u.amount
+            };
+            let amount = if amount.is_infinite() {
+                "1e999".to_string()
+            } else {
+                format!("{amount:?}")
+            };
+            args.push(u.scope.as_bytes().to_vec());
+            args.push(kind_digit(u.scope).to_string().into_bytes());
+            args.push(amount.into_bytes());
+        }
+        let v = self.call_at("permit_acquire", Some(now), &args)?;
+        let Value::Array(items) = v else {
+            return Err(protocol("permit_acquire", "not an array"));
+        };
+        if items.len() != 3 {
+            return Err(protocol("permit_acquire", "not 3 fields"));
+        }
+        let server_now = as_f64(&items[2]).ok_or_else(|| protocol("permit_acquire", "time"))?;
+        match as_bytes(&items[0]) {
+            Some(b"ok") => {
+                let id = as_u64(&items[1]).ok_or_else(|| protocol("permit_acquire", "id"))?;
+                Ok(Ok(RedisPermit(id)))
+            }
+            Some(b"until") => {
+                let t = as_f64(&items[1]).ok_or_else(|| protocol("permit_acquire", "until"))?;
+                Ok(Err(NotReady::NotUntil(self.to_caller(t, server_now, now))))
+            }
+            Some(b"blocked") => Ok(Err(NotReady::Blocked)),
+            _ => Err(protocol("permit_acquire", "unknown answer")),
+        }
+    }
+
+    /// Hands back a permit of [`try_acquire`](Self::try_acquire) with how its request
+    /// ended: its slots are freed for every process and the outcome feeds backoff on its
+    /// scopes, exactly as [`complete`](Self::complete) does for a lease (backoff steps,
+    /// header delays, spent budgets). Groups of the crawl parked on those scopes look
+    /// again.
+    ///
+    /// `false` (and nothing fed) for a permit that is unknown, already released, or
+    /// expired: one at or past its expiry (`lease_timeout` after it was taken, on the
+    /// crawl's clock) was freed as cancelled.
+    pub fn release(
+        &mut self,
+        permit: RedisPermit,
+        outcome: &Outcome<'_>,
+        now: Timestamp,
+    ) -> Result<bool> {
+        let mut args = vec![permit.0.to_string().into_bytes()];
+        args.extend(Self::outcome_args(outcome)?);
+        args.push(self.config.redeliver_batch.to_string().into_bytes());
+        let v = self.call_at("permit_release", Some(now), &args)?;
+        Ok(as_u64(&v) == Some(1))
+    }
+
     /// Keeps a lease from expiring for another [`RedisConfig::lease_timeout`] (for
     /// requests that legitimately take long). `false` if it is no longer held.
     pub fn extend(&mut self, lease: LeaseId, now: Timestamp) -> Result<bool> {
@@ -1175,7 +1277,7 @@ impl RedisFrontier {
         let Value::Array(items) = v else {
             return Err(protocol("info", "not an array"));
         };
-        if items.len() < 12 {
+        if items.len() < 13 {
             return Err(protocol("info", "short reply"));
         }
         let u = |i: usize| as_u64(&items[i]).ok_or_else(|| protocol("info", "integer field"));
@@ -1188,7 +1290,7 @@ impl RedisFrontier {
         stats.retried = u(9)?;
         stats.redelivered = u(10)?;
         stats.depth_max = u(11)? as u32;
-        for pair in items[12..].chunks(2) {
+        for pair in items[13..].chunks(2) {
             if let [k, v] = pair {
                 let n = as_u64(v).ok_or_else(|| protocol("info", "stat value"))?;
                 match as_bytes(k) {
@@ -1204,6 +1306,7 @@ impl RedisFrontier {
             leased: u(2)?,
             in_flight: u(3)?,
             groups: u(4)?,
+            permits: u(12)?,
             stats,
         })
     }

@@ -64,7 +64,8 @@
 //! | `x` | sorted set | scratch space inside one call (a push sorts its changes to the chunked sets there); never left behind |
 //! | `dr` | hash | requests held by their own delay |
 //! | `t`, `ov`, `ti` | hash, hash, sorted set | throttle scope states (binary); live changes and Crawl-delays; unused states by last use (idle eviction) |
-//! | `L`, `lx` | hash, sorted set | leases (binary records); their expiry times |
+//! | `L`, `lx` | hash, sorted set | leases (binary records); their expiry times, and those of standalone permits (members `p<id>`) |
+//! | `pm` | hash | standalone permits: id → msgpack record (the scopes held and their kinds) |
 //! | `df` | set | binary 64-bit fingerprints seen (exact duplicate filter) |
 //! | `bf:<n>` | string | Bloom filter bits, 2^30 per string (Bloom duplicate filter) |
 //! | `cbn`, `cbi` | hash | callback names ↔ numbers |
@@ -103,6 +104,21 @@
 //! others: a worker that found everything blocked looks again after
 //! [`RedisConfig::recheck`] (the drivers do this through
 //! [`poll_timeout`](polite_frontier_core::Scheduling::poll_timeout)).
+//!
+//! ## Standalone permits
+//!
+//! A process with no queue (an HTTP API client, a tower layer) shares the crawl's
+//! politeness budget through [`RedisFrontier::try_acquire`] and
+//! [`RedisFrontier::release`]: the admission and the feedback of `polite-throttle-core`'s
+//! `Throttler::try_acquire` / `release` (delay, jitter, concurrency, quotas, backoff,
+//! header delays, spent budgets, the global `concurrent_requests` cap), applied to the
+//! same scope states as the crawl's leases. A permit's slots count against the crawl's
+//! workers and the other way round; releasing one wakes the crawl's groups parked on its
+//! scopes. A permit not released within [`RedisConfig::lease_timeout`] expires like a
+//! lease (freed with a cancelled outcome, by the next poll, acquire or release that finds
+//! it due); releasing it then returns `false`. Permits count in
+//! [`RedisInfo::in_flight`] and [`RedisInfo::permits`], not in
+//! [`RedisFrontier::in_flight`] (leases).
 //!
 //! ## Several crawls on a Redis Cluster
 //!
@@ -161,7 +177,7 @@ pub mod testing;
 
 pub use error::RedisStoreError;
 pub use frontier::{
-    RedisConfig, RedisFrontier, RedisInfo, RedisScopeStats, ScriptMode, TimeSource,
+    RedisConfig, RedisFrontier, RedisInfo, RedisPermit, RedisScopeStats, ScriptMode, TimeSource,
 };
 
 // The README's examples compile and run as doctests.

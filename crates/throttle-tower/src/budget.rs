@@ -48,11 +48,11 @@ impl<R: Runtime> Budget<R> {
 
 impl<R: Runtime> Held<R> {
     /// Releases the permit with how the request ended.
-    pub(crate) fn finish(self, outcome: &Outcome<'_>) {
+    pub(crate) fn finish(self, outcome: &Outcome<'static>) {
         match self {
             Held::Local(p) => p.finish(outcome),
             #[cfg(feature = "redis")]
-            Held::Shared(p) => p.finish(outcome),
+            Held::Shared(p) => p.finish(*outcome),
         }
         tracing::debug!(?outcome, "request finished");
     }

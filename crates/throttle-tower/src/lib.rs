@@ -58,3 +58,8 @@ pub use scope::ScopeKey;
 pub use service::{ResponseFuture, ThrottleLayer, ThrottleService};
 #[cfg(feature = "redis")]
 pub use shared::{SharedBudget, SharedPermit};
+
+// The README's example compiles as a doctest.
+#[cfg(all(doctest, feature = "reqwest"))]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
