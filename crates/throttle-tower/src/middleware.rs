@@ -48,7 +48,7 @@ impl<R: Runtime> ThrottleMiddleware<R> {
     /// A middleware spending `layer`'s budget with its scope key; no retries.
     pub fn new(layer: ThrottleLayer<R>) -> Self {
         ThrottleMiddleware {
-            shared: layer.shared().clone(),
+            shared: layer.shared_state().clone(),
             retries: 0,
         }
     }

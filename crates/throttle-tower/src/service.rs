@@ -92,7 +92,7 @@ impl<R: Runtime> ThrottleLayer<R> {
     }
 
     #[cfg_attr(not(feature = "reqwest-middleware"), allow(dead_code))]
-    pub(crate) fn shared(&self) -> &Arc<Shared<R>> {
+    pub(crate) fn shared_state(&self) -> &Arc<Shared<R>> {
         &self.shared
     }
 }
