@@ -12,6 +12,9 @@ use polite_throttle_core::{NotReady, Outcome, ScopeUse, Timestamp};
 
 use crate::{BoxError, Error, ThrottleLayer};
 
+/// What one `try_acquire` on Redis said (its error as text).
+type Answer = Result<Result<RedisPermit, NotReady>, String>;
+
 struct Inner<R> {
     frontier: Mutex<RedisFrontier>,
     clock: R,
@@ -104,8 +107,7 @@ impl<R: Runtime> SharedBudget<R> {
     pub(crate) async fn acquire(&self, scope: &str) -> Result<SharedPermit<R>, BoxError> {
         loop {
             let listener = self.inner.released.listen();
-            let answer: Arc<Mutex<Option<Result<Result<RedisPermit, NotReady>, String>>>> =
-                Arc::default();
+            let answer: Arc<Mutex<Option<Answer>>> = Arc::default();
             let (inner, out, name) = (self.inner.clone(), answer.clone(), scope.to_string());
             self.inner
                 .clock
