@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use polite_throttle_core::{RampupConfig, ScopeConfig};
 
+use crate::UsageError;
 use crate::config::Config;
 use crate::crawl::{CrawlOptions, CrawlSummary, StopReason, Stopper, crawl};
 use crate::progress::{ProgressMode, write_summary};
@@ -14,38 +15,66 @@ use crate::stores::StoreKind;
 
 /// Arguments of `frontier crawl`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = CRAWL_EXAMPLES)]
 pub struct CrawlArgs {
     /// Start URLs.
     #[arg(required = true, value_name = "SEED_URL")]
     pub seeds: Vec<String>,
     /// Follow links into this domain and its subdomains (repeatable; default: the seeds'
-    /// hosts).
+    /// hosts). Requests left in a resumed store are checked again against these.
     #[arg(long = "allow-domain", value_name = "DOMAIN")]
     pub allow_domains: Vec<String>,
+    /// Follow only links whose URL matches this regular expression (repeatable: any).
+    #[arg(long, value_name = "REGEX")]
+    pub include: Vec<String>,
+    /// Never follow links whose URL matches this regular expression (repeatable).
+    #[arg(long, value_name = "REGEX")]
+    pub exclude: Vec<String>,
     /// Stop after this many pages in this run (the rest stays queued).
     #[arg(long)]
     pub max_pages: Option<u64>,
     /// Drop requests deeper than this (overrides `depth_limit`).
     #[arg(long)]
     pub depth_limit: Option<u32>,
+    /// The crawl's name: the default store is NAME.frontier.sqlite and the default
+    /// output NAME.pages.jsonl (default: the first seed's host).
+    #[arg(long)]
+    pub name: Option<String>,
     /// The frontier's store: a SQLite file, or a directory for the filesystem store.
     /// Rerunning with the same store resumes.
-    #[arg(long, default_value = "frontier.sqlite", env = "FRONTIER_STORE")]
-    pub store: PathBuf,
+    #[arg(long, env = "FRONTIER_STORE")]
+    pub store: Option<PathBuf>,
     /// Which store to create (default: detected from the path; a new path ending in `/`
     /// is a filesystem store).
     #[arg(long, value_enum)]
     pub store_kind: Option<StoreKind>,
+    /// Start over: remove the store and the output first.
+    #[arg(long)]
+    pub fresh: bool,
     /// Settings file (TOML): docs/behaviour.md section 2 at the top level, crawler settings in
     /// `[crawl]`. `FRONTIER_<KEY>` variables override it.
     #[arg(long, env = "FRONTIER_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Append one JSON line per finished URL here.
-    #[arg(long, default_value = "pages.jsonl")]
-    pub out: PathBuf,
+    /// Set any setting, over the file and the environment (repeatable):
+    /// `download_delay=0.5`, `crawl.retry_times=0`, `scopes."example.com".delay=2`.
+    #[arg(short = 's', long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Append one JSON line per finished URL here (`-` for standard output; default
+    /// NAME.pages.jsonl).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
     /// The User-Agent (overrides `crawl.user_agent`).
     #[arg(long)]
     pub user_agent: Option<String>,
+    /// Send this header with every request (repeatable), e.g. `Accept-Language: en`.
+    #[arg(long = "header", short = 'H', value_name = "NAME: VALUE", value_parser = parse_header)]
+    pub headers: Vec<(String, String)>,
+    /// Send every request through this proxy (`http://`, `https://` or `socks5://`).
+    #[arg(long, value_name = "URL")]
+    pub proxy: Option<String>,
+    /// Keep cookies the sites set, and send them back (in memory, for this run).
+    #[arg(long)]
+    pub cookies: bool,
     /// Send HOST to ADDR (like curl's --resolve), e.g. `example.test:127.0.0.1:8080`.
     #[arg(long, value_name = "HOST:ADDR:PORT", value_parser = parse_resolve)]
     pub resolve: Vec<(String, SocketAddr)>,
@@ -55,6 +84,64 @@ pub struct CrawlArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+const CRAWL_EXAMPLES: &str = "Examples:
+  Crawl a site (store and output named after it; run again to resume):
+    frontier crawl https://example.com/
+  Start over, 2 s between requests to each host, at most 500 pages:
+    frontier crawl --fresh -s download_delay=2 --max-pages 500 https://example.com/
+  Only the blog, as JSON lines on standard output:
+    frontier crawl --include '^https://example\\.com/blog/' --out - https://example.com/blog/
+  Through a proxy, with a header and cookies:
+    frontier crawl --proxy http://127.0.0.1:3128 -H 'Accept-Language: en' --cookies https://example.com/
+  More detail on what the throttle decides (backoff, Crawl-delay):
+    frontier crawl -v https://example.com/
+
+Exit status: 0 finished and no page failed; 1 some pages failed (see the summary) or
+the crawl hit a fatal error; 2 usage or configuration error; 130 interrupted (run
+again to resume).";
+
+fn parse_header(text: &str) -> Result<(String, String), String> {
+    let (name, value) = text
+        .split_once(':')
+        .ok_or_else(|| format!("{text:?}: expected NAME: VALUE"))?;
+    let name = name.trim();
+    reqwest::header::HeaderName::from_bytes(name.as_bytes())
+        .map_err(|e| format!("{name:?} is not a header name: {e}"))?;
+    reqwest::header::HeaderValue::from_str(value.trim())
+        .map_err(|e| format!("{text:?}: the value is not a valid header value: {e}"))?;
+    Ok((name.to_string(), value.trim().to_string()))
+}
+
+/// The name a crawl's files take by default: `--name`, or the first seed's host.
+fn crawl_name(args: &CrawlArgs) -> anyhow::Result<String> {
+    let raw = match &args.name {
+        Some(name) => name.clone(),
+        None => {
+            let seed = &args.seeds[0];
+            url::Url::parse(seed)
+                .ok()
+                .and_then(|u| u.host_str().map(str::to_string))
+                .ok_or_else(|| {
+                    UsageError::new(format!("seed {seed:?} is not an absolute URL with a host"))
+                })?
+        }
+    };
+    let name: String = raw
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    if name.is_empty() || name.starts_with('.') {
+        return Err(UsageError::new(format!("--name {raw:?}: not usable as a file name")).into());
+    }
+    Ok(name)
 }
 
 fn parse_resolve(text: &str) -> Result<(String, SocketAddr), String> {
@@ -98,6 +185,9 @@ pub struct DemoArgs {
     /// Print the summary as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Set any setting (repeatable), as `frontier crawl -s`.
+    #[arg(short = 's', long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
 }
 
 /// The demo's settings before `--config` and the environment: fast local sites, a
@@ -175,16 +265,28 @@ fn watch_signals(stopper: Stopper) {
     });
 }
 
-fn report(summary: &CrawlSummary, store: &Path, json: bool) -> anyhow::Result<ExitCode> {
-    let mut out = std::io::stdout().lock();
+/// Prints the summary (on standard error when the pages go to standard output) and
+/// picks the exit status: 130 interrupted, 1 when pages failed, 0 otherwise.
+fn report(
+    summary: &CrawlSummary,
+    store: &Path,
+    json: bool,
+    pages_on_stdout: bool,
+) -> anyhow::Result<ExitCode> {
+    let mut out: Box<dyn std::io::Write> = if pages_on_stdout {
+        Box::new(std::io::stderr().lock())
+    } else {
+        Box::new(std::io::stdout().lock())
+    };
     if json {
         serde_json::to_writer_pretty(&mut out, summary)?;
-        std::io::Write::write_all(&mut out, b"\n")?;
+        out.write_all(b"\n")?;
     } else {
         write_summary(&mut out, summary, &store.display().to_string())?;
     }
     Ok(match summary.stop {
         StopReason::Interrupted => ExitCode::from(130),
+        _ if summary.failed > 0 => ExitCode::from(1),
         _ => ExitCode::SUCCESS,
     })
 }
@@ -192,37 +294,81 @@ fn report(summary: &CrawlSummary, store: &Path, json: bool) -> anyhow::Result<Ex
 /// Runs `frontier crawl`.
 pub fn run_crawl(args: CrawlArgs) -> anyhow::Result<ExitCode> {
     let mut config = Config::load(&Config::default(), args.config.as_deref(), std::env::vars())?;
+    config = config.with_overrides(&args.set)?;
     if let Some(depth) = args.depth_limit {
         config.settings.depth_limit = depth;
     }
-    if let Some(agent) = args.user_agent {
+    if let Some(agent) = args.user_agent.clone() {
         config.crawl.user_agent = agent;
+    }
+    let patterns = |list: &[String], flag: &str| -> anyhow::Result<Vec<regex::Regex>> {
+        list.iter()
+            .map(|p| {
+                regex::Regex::new(p).map_err(|e| {
+                    UsageError::new(format!("--{flag} {p:?} is not a regular expression: {e}"))
+                        .into()
+                })
+            })
+            .collect()
+    };
+    let include = patterns(&args.include, "include")?;
+    let exclude = patterns(&args.exclude, "exclude")?;
+    let name = crawl_name(&args)?;
+    let store = args
+        .store
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("{name}.frontier.sqlite")));
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(format!("{name}.pages.jsonl")));
+    let to_stdout = out.as_os_str() == "-";
+    if args.fresh {
+        remove_store(&store)?;
+        if !to_stdout {
+            remove_file(&out)?;
+        }
     }
     let options = CrawlOptions {
         seeds: args.seeds,
         allow_domains: args.allow_domains,
+        include,
+        exclude,
         max_pages: args.max_pages,
         config,
-        store: args.store.clone(),
+        store: store.clone(),
         store_kind: args.store_kind,
-        out: Some(args.out),
+        out: Some(out),
         resolve: args.resolve,
+        headers: args.headers,
+        proxy: args.proxy,
+        cookies: args.cookies,
         progress: args.progress,
     };
     runtime()?.block_on(async move {
         let stopper = Stopper::default();
         watch_signals(stopper.clone());
         let summary = crawl(options, stopper).await?;
-        report(&summary, &args.store, args.json)
+        report(&summary, &store, args.json, to_stdout)
     })
+}
+
+fn remove_file(path: &Path) -> anyhow::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            anyhow::bail!("cannot remove {}: {e}", path.display())
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Runs `frontier demo`.
 pub fn run_demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
     if args.pages < 10 {
-        anyhow::bail!("--pages must be at least 10");
+        return Err(UsageError::new("--pages must be at least 10").into());
     }
-    let config = Config::load(&demo_config(), args.config.as_deref(), std::env::vars())?;
+    let config = Config::load(&demo_config(), args.config.as_deref(), std::env::vars())?
+        .with_overrides(&args.set)?;
     let path = args.path.clone().unwrap_or_else(|| match args.store {
         StoreKind::Sqlite => PathBuf::from("frontier-demo.sqlite"),
         StoreKind::Fs => PathBuf::from("frontier-demo.fs"),
@@ -233,12 +379,7 @@ pub fn run_demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
         .unwrap_or_else(|| path.with_extension("jsonl"));
     if args.fresh {
         remove_store(&path)?;
-        match std::fs::remove_file(&out) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                anyhow::bail!("cannot remove {}: {e}", out.display())
-            }
-            _ => {}
-        }
+        remove_file(&out)?;
     }
     runtime()?.block_on(async move {
         let web = DemoWeb::start(demo_sites(args.pages)).await?;
@@ -266,6 +407,7 @@ pub fn run_demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
             out: Some(out),
             resolve: web.resolve(),
             progress: args.progress,
+            ..CrawlOptions::default()
         };
         let stopper = Stopper::default();
         watch_signals(stopper.clone());
@@ -276,7 +418,7 @@ pub fn run_demo(args: DemoArgs) -> anyhow::Result<ExitCode> {
                 path.display()
             );
         }
-        report(&summary, &path, args.json)
+        report(&summary, &path, args.json, false)
     })
 }
 

@@ -59,6 +59,9 @@ pub struct CrawlSettings {
     pub redirect_priority_adjust: i32,
     /// Cap, in seconds, on a redirect's `Retry-After` honoured as the hop's delay.
     pub redirect_max_delay: f64,
+    /// Requeues of one request answered 429, or 503 with `Retry-After`: the site asking
+    /// us to slow down, which the throttler does, so these do not spend `retry_times`.
+    pub max_throttled_retries: u32,
 }
 
 impl Default for CrawlSettings {
@@ -74,6 +77,7 @@ impl Default for CrawlSettings {
             redirect_max_times: 20,
             redirect_priority_adjust: 2,
             redirect_max_delay: 60.0,
+            max_throttled_retries: 10,
         }
     }
 }
@@ -130,6 +134,8 @@ pub enum Source {
     File(PathBuf),
     /// An environment variable.
     Env(String),
+    /// A `-s KEY=VALUE` option.
+    Flag(String),
     /// The merged settings (a value that parses but is out of range).
     Value,
 }
@@ -139,6 +145,7 @@ impl fmt::Display for Source {
         match self {
             Source::File(path) => write!(f, "{}", path.display()),
             Source::Env(var) => write!(f, "environment variable {var}"),
+            Source::Flag(pair) => write!(f, "-s {pair}"),
             Source::Value => f.write_str("settings"),
         }
     }
@@ -250,6 +257,79 @@ impl Config {
         }
         from_table(&table, &Source::Value)
     }
+}
+
+impl Config {
+    /// Applies `-s KEY=VALUE` overrides over `self` (after the file and the environment):
+    /// `KEY` is a dotted path, `download_delay`, `crawl.retry_times` or
+    /// `scopes."api.example.com".delay` (quotes optional when the name has no dot:
+    /// `scopes.localhost.delay`); `VALUE` is read as TOML, a bare word as a string.
+    pub fn with_overrides(&self, pairs: &[String]) -> Result<Config, ConfigError> {
+        let mut table = to_table(self);
+        for pair in pairs {
+            let source = Source::Flag(pair.clone());
+            let Some((key, value)) = pair.split_once('=') else {
+                return Err(ConfigError::Invalid {
+                    source,
+                    key: pair.clone(),
+                    reason: "expected KEY=VALUE".into(),
+                });
+            };
+            let path = split_key(key.trim()).ok_or_else(|| ConfigError::Invalid {
+                source: source.clone(),
+                key: key.to_string(),
+                reason: "not a key path (e.g. download_delay, crawl.retry_times, scopes.\"example.com\".delay)".into(),
+            })?;
+            let (last, parents) = path
+                .split_last()
+                .expect("split_key returns a non-empty path");
+            let mut at = &mut table;
+            for part in parents {
+                let next = at
+                    .entry(part.clone())
+                    .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+                at = match next {
+                    toml::Value::Table(t) => t,
+                    _ => {
+                        return Err(ConfigError::Invalid {
+                            source,
+                            key: key.to_string(),
+                            reason: format!("`{part}` is not a table"),
+                        });
+                    }
+                };
+            }
+            at.insert(last.clone(), parse_env_value(value.trim()));
+            from_table(&table, &source)?;
+        }
+        from_table(&table, &Source::Value)
+    }
+}
+
+/// `a.b."c.d".e` -> [a, b, c.d, e]; `None` for an empty part or an unclosed quote.
+fn split_key(key: &str) -> Option<Vec<String>> {
+    let mut parts = Vec::new();
+    let mut rest = key;
+    while !rest.is_empty() {
+        let (part, tail) = if let Some(quoted) = rest.strip_prefix('"') {
+            let end = quoted.find('"')?;
+            (quoted[..end].to_string(), &quoted[end + 1..])
+        } else {
+            let end = rest.find('.').unwrap_or(rest.len());
+            (rest[..end].to_string(), &rest[end..])
+        };
+        if part.is_empty() {
+            return None;
+        }
+        parts.push(part);
+        rest = match tail.strip_prefix('.') {
+            Some(t) if !t.is_empty() => t,
+            Some(_) => return None,
+            None if tail.is_empty() => tail,
+            None => return None,
+        };
+    }
+    (!parts.is_empty()).then_some(parts)
 }
 
 /// `FRONTIER_*` variables that are command options, not settings.
@@ -446,5 +526,34 @@ mod tests {
         )
         .unwrap_err();
         assert!(matches!(err, ConfigError::Read { .. }), "{err}");
+    }
+
+    #[test]
+    fn set_flags_reach_any_key_and_name_it_on_error() {
+        let base = Config::default();
+        let c = base
+            .with_overrides(&[
+                "download_delay=0.5".into(),
+                "crawl.retry_times=0".into(),
+                "scopes.\"api.example.com\".delay=2".into(),
+                "scopes.localhost.concurrency=3".into(),
+            ])
+            .unwrap();
+        assert_eq!(c.settings.download_delay, 0.5);
+        assert_eq!(c.crawl.retry_times, 0);
+        assert_eq!(c.settings.scopes["api.example.com"].delay, Some(2.0));
+        assert_eq!(c.settings.scopes["localhost"].concurrency, Some(3));
+        let err = base
+            .with_overrides(&["download_dely=1".into()])
+            .unwrap_err();
+        assert!(err.to_string().contains("-s download_dely=1"), "{err}");
+        assert!(err.to_string().contains("download_dely"), "{err}");
+        let err = base
+            .with_overrides(&["crawl.retry_times=-1".into()])
+            .unwrap_err();
+        assert!(err.to_string().contains("crawl.retry_times"), "{err}");
+        for bad in ["nokey", "a..b=1", "scopes.\"x=1", "=3"] {
+            assert!(base.with_overrides(&[bad.into()]).is_err(), "{bad}");
+        }
     }
 }

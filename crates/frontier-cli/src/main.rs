@@ -1,15 +1,34 @@
 //! The `frontier` command: `demo`, `crawl`, `simulate`, `inspect`.
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
-use polite_frontier_cli::{commands, inspect, simulate};
+use clap::{ArgAction, Parser, Subcommand};
+use polite_frontier_cli::logging::{self, LogFormat};
+use polite_frontier_cli::{commands, exit_status, inspect, simulate};
 
 /// Schedule web-crawl requests politely and fast.
+///
+/// Exit status: 0 finished and no page failed; 1 finished with failed pages (counted in
+/// the summary) or a fatal error; 2 usage or configuration error; 130 interrupted.
 #[derive(Parser)]
-#[command(name = "frontier", version, about, propagate_version = true)]
+#[command(
+    name = "frontier",
+    version,
+    about,
+    long_about,
+    propagate_version = true
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// More log output on standard error (-v info, -vv debug, -vvv trace).
+    #[arg(short, long, action = ArgAction::Count, global = true)]
+    verbose: u8,
+    /// Less log output: errors only.
+    #[arg(short, long, action = ArgAction::Count, global = true)]
+    quiet: u8,
+    /// How log lines are written (`RUST_LOG` picks what is logged, over -v and -q).
+    #[arg(long, value_enum, default_value_t = LogFormat::Text, global = true)]
+    log_format: LogFormat,
 }
 
 #[derive(Subcommand)]
@@ -26,6 +45,11 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let verbosity = i8::try_from(i16::from(cli.verbose) - i16::from(cli.quiet)).unwrap_or(0);
+    if let Err(error) = logging::init(verbosity, cli.log_format) {
+        eprintln!("frontier: {error:#}");
+        return ExitCode::from(2);
+    }
     let result = match cli.command {
         Command::Demo(args) => commands::run_demo(args),
         Command::Crawl(args) => commands::run_crawl(args),
@@ -36,7 +60,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(error) => {
             eprintln!("frontier: {error:#}");
-            ExitCode::from(2)
+            ExitCode::from(exit_status(&error))
         }
     }
 }

@@ -245,6 +245,8 @@ pub fn write_summary(
         total.rate_limited += s.rate_limited;
         total.retries += s.retries;
         total.disallowed += s.disallowed;
+        total.throttled += s.throttled;
+        total.skipped += s.skipped;
         total.bytes += s.bytes;
     }
     writeln!(
@@ -280,6 +282,27 @@ pub fn write_summary(
             out,
             "{} undecodable stored requests were dropped (see above)",
             summary.corrupt
+        )?;
+    }
+    if summary.failed > 0 {
+        writeln!(
+            out,
+            "{} pages failed (no 2xx or 3xx answer after their retries; their lines carry the error)",
+            summary.failed
+        )?;
+    }
+    if total.throttled > 0 {
+        writeln!(
+            out,
+            "{} requests were requeued after a throttling answer (429, 503 + Retry-After), without spending retries",
+            total.throttled
+        )?;
+    }
+    if total.skipped > 0 {
+        writeln!(
+            out,
+            "{} stored requests were skipped: outside the allowed domains or patterns of this run",
+            total.skipped
         )?;
     }
     match summary.stop {

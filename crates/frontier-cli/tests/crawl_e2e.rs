@@ -102,6 +102,7 @@ async fn a_polite_crawl_of_a_rate_limited_web() {
         out: Some(out.clone()),
         resolve: web.resolve(),
         progress: ProgressMode::Quiet,
+        ..CrawlOptions::default()
     };
     let started = std::time::Instant::now();
     let summary = crawl(options, Stopper::default()).await.unwrap();

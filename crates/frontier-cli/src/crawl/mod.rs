@@ -30,6 +30,7 @@
 mod links;
 mod output;
 mod robots;
+pub mod warc;
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -65,12 +66,22 @@ pub const ROBOTS: &str = "robots";
 const ROBOTS_PRIORITY: i32 = 1 << 24;
 
 /// What to crawl and how.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct CrawlOptions {
     /// Start URLs (pushed as start requests; already-seen ones are skipped on resume).
     pub seeds: Vec<String>,
     /// Domains whose links are followed (with subdomains); empty: the seeds' hosts.
     pub allow_domains: Vec<String>,
+    /// Links are followed only if they match one of these (when any).
+    pub include: Vec<regex::Regex>,
+    /// Links matching any of these are never followed.
+    pub exclude: Vec<regex::Regex>,
+    /// Headers sent with every request.
+    pub headers: Vec<(String, String)>,
+    /// A proxy for every request.
+    pub proxy: Option<String>,
+    /// Keep cookies in memory and send them back.
+    pub cookies: bool,
     /// Stop after this many pages were finished in this run.
     pub max_pages: Option<u64>,
     /// Settings (throttling, ordering, depth limit, crawler).
@@ -104,10 +115,15 @@ pub struct HostStats {
     pub failed: u64,
     /// 429 answers seen (every attempt).
     pub rate_limited: u64,
-    /// Retries scheduled.
+    /// Retries scheduled (failures: `retry_times`).
     pub retries: u64,
+    /// Requeues after a throttling answer (429, 503 with `Retry-After`), which do not
+    /// spend `retry_times`.
+    pub throttled: u64,
     /// Pages robots.txt disallowed (never fetched).
     pub disallowed: u64,
+    /// Stored requests outside this run's allowed domains or patterns (never fetched).
+    pub skipped: u64,
     /// Body bytes received.
     pub bytes: u64,
 }
@@ -153,6 +169,9 @@ pub struct CrawlSummary {
     pub left: u64,
     /// Pages finished in this run.
     pub pages: u64,
+    /// Pages of this run that failed: an error or a status other than 2xx/3xx after
+    /// their retries (the exit status is 1 when there are any).
+    pub failed: u64,
     /// Wall time of this run, in seconds.
     pub elapsed: f64,
     /// Per scope, sorted by name.
@@ -215,8 +234,11 @@ struct Ctx<S: Store> {
     client: reqwest::Client,
     crawl: CrawlSettings,
     allow: Vec<String>,
+    include: Vec<regex::Regex>,
+    exclude: Vec<regex::Regex>,
     robots: robots::RobotsCache,
     retries: Mutex<HashMap<Box<str>, u32>>,
+    throttled: Mutex<HashMap<Box<str>, u32>>,
     out: Option<OutFile>,
     stats: Mutex<BTreeMap<String, HostStats>>,
     pages: AtomicU64,
@@ -235,7 +257,7 @@ where
     S::Error: std::error::Error + Send + Sync + 'static,
 {
     let started = Instant::now();
-    let config = options.config;
+    let config = options.config.clone();
     let workers = config.settings.concurrent_requests as usize;
     let clock = Clock::wall();
     let frontier = Frontier::open(
@@ -251,10 +273,14 @@ where
     let mut allow = options.allow_domains.clone();
     let mut seeds = Vec::new();
     for seed in &options.seeds {
-        let url = Url::parse(seed)
-            .map_err(|e| anyhow::anyhow!("seed {seed:?} is not an absolute URL: {e}"))?;
+        let url = Url::parse(seed).map_err(|e| {
+            crate::UsageError::new(format!("seed {seed:?} is not an absolute URL: {e}"))
+        })?;
         if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-            anyhow::bail!("seed {seed:?}: only http and https URLs can be crawled");
+            return Err(crate::UsageError::new(format!(
+                "seed {seed:?}: only http and https URLs can be crawled"
+            ))
+            .into());
         }
         if options.allow_domains.is_empty() {
             let host = url.host_str().unwrap_or_default().to_string();
@@ -271,11 +297,14 @@ where
     };
     let ctx = Arc::new(Ctx {
         driver: driver.clone(),
-        client: client(&config.crawl, &options.resolve)?,
+        client: client(&config.crawl, &options)?,
         crawl: config.crawl.clone(),
         allow,
+        include: options.include.clone(),
+        exclude: options.exclude.clone(),
         robots: robots::RobotsCache::default(),
         retries: Mutex::new(HashMap::new()),
+        throttled: Mutex::new(HashMap::new()),
         out,
         stats: Mutex::new(BTreeMap::new()),
         pages: AtomicU64::new(0),
@@ -351,6 +380,7 @@ where
         resumed_with,
         left,
         pages: ctx.pages.load(Ordering::Relaxed),
+        failed: rows.iter().map(|r| r.stats.failed).sum(),
         elapsed: started.elapsed().as_secs_f64(),
         scopes: rows,
         corrupt: ctx.corrupt.load(Ordering::Relaxed),
@@ -361,17 +391,29 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn client(
-    crawl: &CrawlSettings,
-    resolve: &[(String, SocketAddr)],
-) -> anyhow::Result<reqwest::Client> {
+fn client(crawl: &CrawlSettings, options: &CrawlOptions) -> anyhow::Result<reqwest::Client> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    for (name, value) in &options.headers {
+        let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|e| crate::UsageError::new(format!("header {name:?}: {e}")))?;
+        let value = reqwest::header::HeaderValue::from_str(value)
+            .map_err(|e| crate::UsageError::new(format!("header {name}: {e}")))?;
+        headers.append(name, value);
+    }
     let mut builder = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(Duration::from_secs_f64(crawl.download_timeout))
         .connect_timeout(Duration::from_secs_f64(crawl.download_timeout.min(30.0)))
         .user_agent(&crawl.user_agent)
+        .default_headers(headers)
+        .cookie_store(options.cookies)
         .pool_max_idle_per_host(16);
-    for (host, addr) in resolve {
+    if let Some(proxy) = &options.proxy {
+        let proxy = reqwest::Proxy::all(proxy)
+            .map_err(|e| crate::UsageError::new(format!("--proxy {proxy:?}: {e}")))?;
+        builder = builder.proxy(proxy);
+    }
+    for (host, addr) in &options.resolve {
         builder = builder.resolve(host, *addr);
     }
     builder
@@ -436,6 +478,18 @@ where
     S::Handle: Send,
     S::Error: std::error::Error + Send + Sync + 'static,
 {
+    /// Whether this run follows `url`: its host is in the allowed domains, it matches an
+    /// `--include` pattern (if any) and no `--exclude` pattern.
+    fn wanted(&self, url: &str) -> bool {
+        let host = Url::parse(url)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_string))
+            .unwrap_or_default();
+        allowed_domain(&self.allow, &host)
+            && (self.include.is_empty() || self.include.iter().any(|r| r.is_match(url)))
+            && !self.exclude.iter().any(|r| r.is_match(url))
+    }
+
     fn count(&self, url: &str, f: impl FnOnce(&mut HostStats)) {
         let scope = host_scope(url).unwrap_or_else(|_| "-".to_string());
         f(lock(&self.stats).entry(scope).or_default());
@@ -582,7 +636,48 @@ where
         Ok(retried)
     }
 
+    /// Requeues `lease` after a throttling answer (429, or 503 with a rate-limit
+    /// header), without spending its `retry_times`: the outcome has already slowed its
+    /// scopes down, so it goes again once they allow. `false` once
+    /// `max_throttled_retries` requeues were spent (it is then an ordinary failure).
+    async fn maybe_requeue_throttled(
+        &self,
+        lease: &Lease,
+        status: u16,
+        outcome: Outcome<'static>,
+    ) -> anyhow::Result<bool> {
+        let throttling = status == 429
+            || (status == 503
+                && matches!(
+                    outcome,
+                    Outcome::Response {
+                        header_delay: Some(_),
+                        ..
+                    }
+                ));
+        if !throttling {
+            return Ok(false);
+        }
+        let url = &lease.request.url;
+        let requeued = {
+            let mut throttled = lock(&self.throttled);
+            let n = throttled.entry(url.clone()).or_default();
+            if *n < self.crawl.max_throttled_retries {
+                *n += 1;
+                true
+            } else {
+                false
+            }
+        };
+        if requeued {
+            self.count(url, |s| s.throttled += 1);
+            self.driver.retry(lease.id(), outcome, 0).await?;
+        }
+        Ok(requeued)
+    }
+
     fn retries_of(&self, url: &str) -> u32 {
+        lock(&self.throttled).remove(url);
         lock(&self.retries).remove(url).unwrap_or(0)
     }
 
@@ -619,7 +714,12 @@ where
                     s.bytes += body.len() as u64;
                     s.rate_limited += u64::from(status == 429);
                 });
-                if (status == 429 || status >= 500) && self.maybe_retry(&lease, outcome).await? {
+                if self
+                    .maybe_requeue_throttled(&lease, status, outcome)
+                    .await?
+                    || ((status == 429 || status >= 500)
+                        && self.maybe_retry(&lease, outcome).await?)
+                {
                     return Ok(());
                 }
                 let rules = if (200..300).contains(&status) {
@@ -651,6 +751,19 @@ where
                 return Ok(self.driver.commit().await?);
             }
         };
+        if !lease.request.start && !self.wanted(&url_text) {
+            // Queued by an earlier run with other rules (a resumed store).
+            self.count(&url_text, |s| s.skipped += 1);
+            self.finish(
+                &lease,
+                None,
+                Some("outside this run's allowed domains or patterns".into()),
+                0,
+                None,
+            )?;
+            self.driver.complete(lease.id(), Outcome::Cancelled).await?;
+            return Ok(self.driver.commit().await?);
+        }
         if self.crawl.robotstxt_obey {
             let origin = robots::origin(&url);
             let rules = match self.robots.lookup(&origin) {
@@ -723,8 +836,11 @@ where
                     s.bytes += body.len() as u64;
                     s.rate_limited += u64::from(status == 429);
                 });
-                if self.crawl.retry_http_codes.contains(&status)
-                    && self.maybe_retry(&lease, outcome).await?
+                if self
+                    .maybe_requeue_throttled(&lease, status, outcome)
+                    .await?
+                    || (self.crawl.retry_http_codes.contains(&status)
+                        && self.maybe_retry(&lease, outcome).await?)
                 {
                     return Ok(());
                 }
@@ -811,7 +927,7 @@ where
         let html = String::from_utf8_lossy(body);
         let children: Vec<Request> = extract_links(url, &html)
             .into_iter()
-            .filter(|link| allowed_domain(&self.allow, link.host_str().unwrap_or_default()))
+            .filter(|link| self.wanted(link.as_str()))
             .map(|link| {
                 Request::get(link.as_str())
                     .callback(PAGE)

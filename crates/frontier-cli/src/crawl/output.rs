@@ -1,6 +1,6 @@
 //! The `--out` file: one JSON line per finished URL, appended.
 
-use std::fs::{File, OpenOptions};
+use std::fs::OpenOptions;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -33,16 +33,27 @@ pub struct PageLine<'a> {
 }
 
 /// The output file, shared by the workers: each line goes to the OS in one write.
-#[derive(Debug)]
 pub struct OutFile {
     path: PathBuf,
-    file: Mutex<File>,
+    file: Mutex<Box<dyn Write + Send>>,
+}
+
+impl std::fmt::Debug for OutFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OutFile").field("path", &self.path).finish()
+    }
 }
 
 impl OutFile {
-    /// Opens `path` for appending (created if missing). A last line cut short by a crash
-    /// is ended first, so every later line parses.
+    /// Opens `path` for appending (created if missing); `-` is standard output. A last
+    /// line cut short by a crash is ended first, so every later line parses.
     pub fn open(path: &Path) -> std::io::Result<OutFile> {
+        if path.as_os_str() == "-" {
+            return Ok(OutFile {
+                path: path.to_path_buf(),
+                file: Mutex::new(Box::new(std::io::stdout())),
+            });
+        }
         let mut file = OpenOptions::new()
             .create(true)
             .read(true)
@@ -60,7 +71,7 @@ impl OutFile {
         }
         Ok(OutFile {
             path: path.to_path_buf(),
-            file: Mutex::new(file),
+            file: Mutex::new(Box::new(file)),
         })
     }
 
@@ -74,7 +85,8 @@ impl OutFile {
         let mut bytes = serde_json::to_vec(line).map_err(std::io::Error::other)?;
         bytes.push(b'\n');
         let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
-        file.write_all(&bytes)
+        file.write_all(&bytes)?;
+        file.flush()
     }
 }
 

@@ -1,0 +1,190 @@
+//! `frontier crawl` as a user meets it: exit statuses (0 all good, 1 failed pages, 2
+//! usage or configuration), `--out -`, files named after the crawl, `--fresh`, `-s`,
+//! include/exclude patterns, headers, and warnings that reach standard error.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use axum::http::HeaderMap;
+
+fn frontier(dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_frontier"));
+    cmd.current_dir(dir)
+        .env_remove("FRONTIER_CONFIG")
+        .env_remove("FRONTIER_STORE")
+        .env_remove("RUST_LOG");
+    cmd
+}
+
+fn crawl(dir: &Path, args: &[&str]) -> Output {
+    let mut cmd = frontier(dir);
+    cmd.args(["crawl", "--progress", "quiet"]).args(args);
+    cmd.output().unwrap()
+}
+
+fn code(out: &Output) -> i32 {
+    out.status.code().unwrap_or(-1)
+}
+
+/// A small site: `/` links to /a, /b, /skip/c; every page answers 200 and records the
+/// `X-Test` header it got.
+async fn site() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use axum::routing::get;
+    let seen: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+    let log = seen.clone();
+    let page = move |uri: axum::http::Uri, headers: HeaderMap| {
+        let log = log.clone();
+        async move {
+            let h = headers
+                .get("x-test")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("-")
+                .to_string();
+            log.lock().unwrap().push(format!("{} {h}", uri.path()));
+            axum::response::Html(r#"<a href="/a">a</a> <a href="/b">b</a> <a href="/skip/c">c</a>"#)
+        }
+    };
+    let app = axum::Router::new()
+        .route(
+            "/robots.txt",
+            get(|| async { (axum::http::StatusCode::NOT_FOUND, "") }),
+        )
+        .fallback(get(page));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, seen)
+}
+
+#[test]
+fn usage_and_configuration_errors_exit_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = crawl(dir.path(), &["not-a-url"]);
+    assert_eq!(code(&out), 2, "{}", String::from_utf8_lossy(&out.stderr));
+    let out = crawl(
+        dir.path(),
+        &["-s", "download_delay=-1", "http://127.0.0.1:9/"],
+    );
+    assert_eq!(code(&out), 2);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("-s download_delay=-1") && err.contains("download_delay"),
+        "{err}"
+    );
+    let out = crawl(dir.path(), &["--include", "(", "http://127.0.0.1:9/"]);
+    assert_eq!(code(&out), 2);
+    let out = crawl(dir.path(), &["--bogus-flag", "http://127.0.0.1:9/"]);
+    assert_eq!(code(&out), 2);
+    // Nothing was created by the refused runs.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn a_crawl_whose_pages_all_fail_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    // Nothing listens on port 9 (discard) on loopback: connection refused.
+    let out = crawl(
+        dir.path(),
+        &[
+            "-s",
+            "crawl.retry_times=0",
+            "-s",
+            "crawl.robotstxt_obey=false",
+            "http://127.0.0.1:9/x",
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        code(&out),
+        1,
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("1 pages failed"), "{stdout}");
+    // Files named after the crawl (its first seed's host), not one shared file.
+    assert!(dir.path().join("127.0.0.1.frontier.sqlite").exists());
+    assert!(dir.path().join("127.0.0.1.pages.jsonl").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_to_stdout_patterns_headers_and_fresh() {
+    let (url, seen) = site().await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_path_buf();
+    let u = url.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        crawl(
+            &d,
+            &[
+                "--out",
+                "-",
+                "--exclude",
+                "/skip/",
+                "-H",
+                "X-Test: yes",
+                "--name",
+                "t",
+                &u,
+            ],
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    // Standard output holds the JSON lines only (the summary went to stderr).
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let urls: Vec<String> = stdout
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("{l}: {e}"));
+            v["url"].as_str().unwrap().to_string()
+        })
+        .collect();
+    let mut paths: Vec<&str> = urls.iter().map(|u| &u[url.len() - 1..]).collect();
+    paths.sort();
+    assert_eq!(paths, ["/", "/a", "/b"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("finished"));
+    assert!(!dir.path().join("-").exists());
+    assert!(dir.path().join("t.frontier.sqlite").exists());
+    let seen_now = seen.lock().unwrap().clone();
+    assert!(
+        seen_now
+            .iter()
+            .filter(|l| !l.starts_with("/robots"))
+            .all(|l| l.ends_with(" yes")),
+        "{seen_now:?}"
+    );
+
+    // Again: nothing left. With --fresh: everything again.
+    let (d, u) = (dir.path().to_path_buf(), url.clone());
+    let again = tokio::task::spawn_blocking(move || crawl(&d, &["--out", "-", "--name", "t", &u]))
+        .await
+        .unwrap();
+    assert_eq!(code(&again), 0);
+    assert!(
+        again.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&again.stdout)
+    );
+    let (d, u) = (dir.path().to_path_buf(), url.clone());
+    let fresh = tokio::task::spawn_blocking(move || {
+        crawl(
+            &d,
+            &[
+                "--fresh",
+                "--out",
+                "-",
+                "--name",
+                "t",
+                "--include",
+                "/a$|/$",
+                &u,
+            ],
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(code(&fresh), 0);
+    assert_eq!(String::from_utf8_lossy(&fresh.stdout).lines().count(), 2);
+}
