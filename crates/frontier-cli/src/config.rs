@@ -62,6 +62,12 @@ pub struct CrawlSettings {
     /// Requeues of one request answered 429, or 503 with `Retry-After`: the site asking
     /// us to slow down, which the throttler does, so these do not spend `retry_times`.
     pub max_throttled_retries: u32,
+    /// Seconds a fetched robots.txt is trusted before it is fetched again (RFC 9309
+    /// suggests no more than 24 hours).
+    pub robotstxt_cache_lifetime: f64,
+    /// Seconds before a robots.txt that could not be reached (5xx, no answer) is tried
+    /// again; meanwhile its origin is disallowed entirely.
+    pub robotstxt_unreachable_retry: f64,
 }
 
 impl Default for CrawlSettings {
@@ -78,6 +84,8 @@ impl Default for CrawlSettings {
             redirect_priority_adjust: 2,
             redirect_max_delay: 60.0,
             max_throttled_retries: 10,
+            robotstxt_cache_lifetime: 86_400.0,
+            robotstxt_unreachable_retry: 600.0,
         }
     }
 }
@@ -100,6 +108,17 @@ impl CrawlSettings {
                 "redirect_max_delay",
                 "must be a non-negative number of seconds",
             );
+        }
+        for (key, v) in [
+            ("robotstxt_cache_lifetime", self.robotstxt_cache_lifetime),
+            (
+                "robotstxt_unreachable_retry",
+                self.robotstxt_unreachable_retry,
+            ),
+        ] {
+            if !(v.is_finite() && v >= 0.0) {
+                return bad(key, "must be a non-negative number of seconds");
+            }
         }
         if self.download_maxsize == 0 {
             return bad("download_maxsize", "must be at least 1 byte");

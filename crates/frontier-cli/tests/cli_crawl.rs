@@ -188,3 +188,106 @@ async fn pages_to_stdout_patterns_headers_and_fresh() {
     assert_eq!(code(&fresh), 0);
     assert_eq!(String::from_utf8_lossy(&fresh.stdout).lines().count(), 2);
 }
+
+/// A site whose robots.txt answers `robots_status` (with a redirect first when
+/// `redirect`); records every path requested.
+async fn robots_site(
+    robots_status: u16,
+    redirect: bool,
+) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use axum::http::StatusCode;
+    use axum::response::IntoResponse;
+    let seen: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+    let log = seen.clone();
+    let app = axum::Router::new().fallback(move |uri: axum::http::Uri| {
+        let log = log.clone();
+        async move {
+            let path = uri.path().to_string();
+            log.lock().unwrap().push(path.clone());
+            match path.as_str() {
+                "/robots.txt" if redirect => (
+                    StatusCode::MOVED_PERMANENTLY,
+                    [("location", "/real-robots.txt")],
+                    "",
+                )
+                    .into_response(),
+                "/robots.txt" | "/real-robots.txt" => (
+                    StatusCode::from_u16(robots_status).unwrap(),
+                    "User-agent: *\nDisallow: /private\n",
+                )
+                    .into_response(),
+                _ => axum::response::Html(r#"<a href="/private/x">p</a> <a href="/y">y</a>"#)
+                    .into_response(),
+            }
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, seen)
+}
+
+async fn crawl_async(dir: &Path, args: Vec<String>) -> Output {
+    let dir = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        crawl(&dir, &args)
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn robots_txt_follows_rfc_9309() {
+    let fast = [
+        "-s",
+        "backoff_min_delay=0.05",
+        "-s",
+        "backoff_max_delay=0.2",
+    ]
+    .map(String::from);
+    // 503: unreachable, so the whole origin is disallowed: no page is requested.
+    let (url, seen) = robots_site(503, false).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = fast.to_vec();
+    args.extend(["--out".into(), "-".into(), url.clone()]);
+    let out = crawl_async(dir.path(), args).await;
+    let seen_now = seen.lock().unwrap().clone();
+    assert!(seen_now.iter().all(|p| p == "/robots.txt"), "{seen_now:?}");
+    assert_eq!(
+        seen_now.len(),
+        3,
+        "robots.txt tried 1 + 2 retries: {seen_now:?}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("robots.txt unreachable"), "{stdout}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("robots.txt unreachable"));
+
+    // A redirect is followed to the real file, whose rules then apply.
+    let (url, seen) = robots_site(200, true).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = crawl_async(dir.path(), vec![url.clone()]).await;
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    let seen_now = seen.lock().unwrap().clone();
+    assert!(
+        seen_now.contains(&"/real-robots.txt".to_string()),
+        "{seen_now:?}"
+    );
+    assert!(seen_now.contains(&"/y".to_string()), "{seen_now:?}");
+    assert!(
+        !seen_now.iter().any(|p| p.starts_with("/private")),
+        "{seen_now:?}"
+    );
+
+    // 404: unavailable, so everything is allowed.
+    let (url, seen) = robots_site(404, false).await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = crawl_async(dir.path(), vec![url.clone()]).await;
+    assert_eq!(code(&out), 0);
+    assert!(
+        seen.lock()
+            .unwrap()
+            .iter()
+            .any(|p| p.starts_with("/private"))
+    );
+}

@@ -29,7 +29,9 @@
 
 mod links;
 mod output;
+pub mod page;
 mod robots;
+pub mod sitemap;
 pub mod warc;
 
 use std::collections::{BTreeMap, HashMap};
@@ -693,15 +695,38 @@ where
             self.driver.complete(lease.id(), Outcome::Cancelled).await?;
             return Ok(self.driver.commit().await?);
         }
-        let fetched = self.fetch(&url_text).await;
+        let mut fetched = self.fetch(&url_text).await;
         self.count(&url_text, |s| s.fetches += 1);
-        let (outcome, rules) = match fetched {
+        // Redirects of robots.txt are followed at once, up to 5 hops (RFC 9309 2.3.1.2).
+        let mut hops = 0;
+        while let Fetched::Response {
+            status: 300..=399,
+            headers,
+            ..
+        } = &fetched
+        {
+            let target = headers
+                .iter()
+                .find(|(k, _)| k == "location")
+                .and_then(|(_, v)| std::str::from_utf8(v).ok())
+                .and_then(|loc| url.join(loc.trim()).ok())
+                .filter(|t| matches!(t.scheme(), "http" | "https"));
+            let Some(target) = target.filter(|_| hops < 5) else {
+                break;
+            };
+            hops += 1;
+            fetched = self.fetch(target.as_str()).await;
+            self.count(&url_text, |s| s.fetches += 1);
+        }
+        let lifetime = Duration::from_secs_f64(self.crawl.robotstxt_cache_lifetime);
+        let unreachable = Duration::from_secs_f64(self.crawl.robotstxt_unreachable_retry);
+        let (outcome, rules, lifetime) = match fetched {
             Fetched::Failed { kind, .. } => {
                 let outcome = Outcome::error(kind);
                 if self.maybe_retry(&lease, outcome).await? {
                     return Ok(());
                 }
-                (outcome, robots::Rules::AllowAll)
+                (outcome, robots::Rules::DisallowAll, unreachable)
             }
             Fetched::Response {
                 status,
@@ -722,21 +747,29 @@ where
                 {
                     return Ok(());
                 }
-                let rules = if (200..300).contains(&status) {
-                    robots::parse(&self.crawl.user_agent, &body)
-                } else {
-                    robots::Rules::AllowAll
-                };
-                (outcome, rules)
+                match status {
+                    200..=299 => (
+                        outcome,
+                        robots::parse(&self.crawl.user_agent, &body),
+                        lifetime,
+                    ),
+                    // Unreachable (and a 429 that would not stop): disallow all for now.
+                    429 | 500.. => (outcome, robots::Rules::DisallowAll, unreachable),
+                    // Unavailable (4xx), or a redirect loop: allow all.
+                    _ => (outcome, robots::Rules::AllowAll, lifetime),
+                }
             }
         };
+        if matches!(rules, robots::Rules::DisallowAll) {
+            tracing::warn!(robots = %url_text, retry_in = unreachable.as_secs_f64(), "robots.txt unreachable: its origin is disallowed until it is fetched again");
+        }
         self.retries_of(&url_text);
         if let Some(delay) = rules.crawl_delay()
             && let Ok(scope) = host_scope(&url_text)
         {
             self.driver.handle_crawl_delay(scope, delay).await?;
         }
-        self.robots.set(&origin, rules);
+        self.robots.set(&origin, rules, lifetime);
         self.driver.complete(lease.id(), outcome).await?;
         Ok(self.driver.commit().await?)
     }
@@ -781,7 +814,7 @@ where
                 }
                 robots::Lookup::Pending(rx) => {
                     tokio::select! {
-                        rules = robots::wait(rx) => rules.unwrap_or(robots::Rules::AllowAll),
+                        rules = robots::wait(rx) => rules.unwrap_or(robots::Rules::DisallowAll),
                         () = self.stopper.stopped() => {
                             self.driver.retry(lease.id(), Outcome::Cancelled, 0).await?;
                             return Ok(());
@@ -791,13 +824,13 @@ where
             };
             if !rules.allowed(&url_text) {
                 self.count(&url_text, |s| s.disallowed += 1);
-                self.finish(
-                    &lease,
-                    None,
-                    Some("disallowed by robots.txt".into()),
-                    0,
-                    None,
-                )?;
+                let why = match rules {
+                    robots::Rules::DisallowAll => {
+                        "robots.txt unreachable (5xx or no answer): its origin is disallowed"
+                    }
+                    _ => "disallowed by robots.txt",
+                };
+                self.finish(&lease, None, Some(why.into()), 0, None)?;
                 self.driver.complete(lease.id(), Outcome::Cancelled).await?;
                 return Ok(self.driver.commit().await?);
             }
