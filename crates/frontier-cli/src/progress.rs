@@ -1,6 +1,5 @@
 //! Live progress per scope and the end-of-crawl summary table.
 
-use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -35,8 +34,16 @@ pub struct Progress {
 struct Bars {
     multi: MultiProgress,
     total: ProgressBar,
-    scopes: Mutex<HashMap<String, ProgressBar>>,
+    /// One bar per shown scope (the busiest [`MAX_BARS`]), reused as the ranking changes.
+    slots: Mutex<Vec<ProgressBar>>,
+    /// The scopes beyond those, summed (added once there are any).
+    others: Mutex<Option<ProgressBar>>,
 }
+
+/// Scopes shown with a bar of their own; a broad crawl's other scopes share one line.
+pub const MAX_BARS: usize = 8;
+/// Scopes listed in the summary table; the rest are summed on one line.
+pub const MAX_SUMMARY_ROWS: usize = 30;
 
 impl std::fmt::Debug for Progress {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -70,7 +77,8 @@ impl Progress {
             Bars {
                 multi,
                 total,
-                scopes: Mutex::new(HashMap::new()),
+                slots: Mutex::new(Vec::new()),
+                others: Mutex::new(None),
             }
         });
         if resumed_with > 0 && mode != ProgressMode::Quiet {
@@ -117,26 +125,54 @@ impl Progress {
 
     fn update_bars(&self, rows: &[ScopeRow]) {
         let Some(bars) = &self.bars else { return };
-        let mut scopes = bars.scopes.lock().unwrap_or_else(|p| p.into_inner());
         let (mut done, mut len) = (0, 0);
         for row in rows {
-            let bar = scopes.entry(row.scope.clone()).or_insert_with(|| {
-                let bar = bars.multi.add(ProgressBar::new(0));
-                bar.set_style(style(
-                    "{prefix:>22} [{bar:32.cyan}] {pos:>6}/{len:<6} {msg}",
-                ));
-                bar.set_prefix(truncate(&row.scope, 22));
-                bar
-            });
-            let total = row.stats.queued.max(row.stats.pages + row.stats.disallowed);
-            bar.set_length(total);
-            bar.set_position(row.stats.pages + row.stats.disallowed);
-            bar.set_message(scope_message(row));
-            done += row.stats.pages + row.stats.disallowed;
-            len += total;
+            let (d, l) = counts(row);
+            done += d;
+            len += l;
         }
         bars.total.set_length(len);
         bars.total.set_position(done);
+        let (shown, rest) = busiest(rows, MAX_BARS);
+        let mut slots = bars.slots.lock().unwrap_or_else(|p| p.into_inner());
+        for (i, row) in shown.iter().enumerate() {
+            if slots.len() <= i {
+                // After the total and the slots before it (the "others" line stays last).
+                let bar = bars.multi.insert(1 + i, ProgressBar::new(0));
+                bar.set_style(style(
+                    "{prefix:>22} [{bar:32.cyan}] {pos:>6}/{len:<6} {msg}",
+                ));
+                slots.push(bar);
+            }
+            let bar = &slots[i];
+            let (d, l) = counts(row);
+            bar.set_prefix(truncate(&row.scope, 22));
+            bar.set_length(l);
+            bar.set_position(d);
+            bar.set_message(scope_message(row));
+        }
+        if !rest.is_empty() {
+            let mut others = bars.others.lock().unwrap_or_else(|p| p.into_inner());
+            let others = others.get_or_insert_with(|| {
+                let bar = bars.multi.add(ProgressBar::new(0));
+                bar.set_style(style(
+                    "{prefix:>22} [{bar:32.blue}] {pos:>6}/{len:<6} {msg}",
+                ));
+                bar
+            });
+            let (mut d, mut l, mut limited, mut active) = (0, 0, 0, 0);
+            for row in &rest {
+                let (rd, rl) = counts(row);
+                d += rd;
+                l += rl;
+                limited += row.stats.rate_limited;
+                active += row.active;
+            }
+            others.set_prefix(format!("{} others", rest.len()));
+            others.set_length(l);
+            others.set_position(d);
+            others.set_message(format!("in flight {active}  429s {limited}"));
+        }
     }
 
     /// Clears the live display.
@@ -144,17 +180,36 @@ impl Progress {
         if let Some(bars) = &self.bars {
             self.update_bars(rows);
             bars.total.finish();
-            for bar in bars
-                .scopes
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .values()
-            {
+            for bar in bars.slots.lock().unwrap_or_else(|p| p.into_inner()).iter() {
                 bar.finish();
+            }
+            if let Some(others) = &*bars.others.lock().unwrap_or_else(|p| p.into_inner()) {
+                others.finish();
             }
         }
         let _ = self.resumed_with;
     }
+}
+
+/// The `n` busiest scopes (most requests outstanding, then most in flight, then most
+/// fetched) and the rest.
+pub fn busiest(rows: &[ScopeRow], n: usize) -> (Vec<&ScopeRow>, Vec<&ScopeRow>) {
+    let mut order: Vec<&ScopeRow> = rows.iter().collect();
+    order.sort_by(|a, b| {
+        let key = |r: &ScopeRow| {
+            let (d, l) = counts(r);
+            (l - d, r.active, r.stats.fetches)
+        };
+        key(b).cmp(&key(a)).then_with(|| a.scope.cmp(&b.scope))
+    });
+    let rest = order.split_off(order.len().min(n));
+    (order, rest)
+}
+
+/// A scope's (finished, known) request counts for its bar.
+fn counts(row: &ScopeRow) -> (u64, u64) {
+    let done = row.stats.pages + row.stats.disallowed + row.stats.skipped;
+    (done, row.stats.queued.max(done))
 }
 
 fn truncate(s: &str, n: usize) -> String {
@@ -220,8 +275,46 @@ pub fn write_summary(
         "KiB"
     )?;
     let mut total = crate::crawl::HostStats::default();
-    for row in &summary.scopes {
+    let mut shown: Vec<&ScopeRow> = summary.scopes.iter().collect();
+    if shown.len() > MAX_SUMMARY_ROWS {
+        // A broad crawl: the scopes with the most pages, then one line for the rest.
+        shown.sort_by(|a, b| {
+            b.stats
+                .pages
+                .cmp(&a.stats.pages)
+                .then(a.scope.cmp(&b.scope))
+        });
+    }
+    for (i, row) in shown.iter().enumerate() {
         let s = &row.stats;
+        if i == MAX_SUMMARY_ROWS {
+            let rest = &shown[i..];
+            writeln!(
+                out,
+                "{:<24} {:>6} {:>5} {:>5} {:>6} {:>5} {:>5} {:>7}",
+                format!("({} more scopes)", rest.len()),
+                rest.iter().map(|r| r.stats.pages).sum::<u64>(),
+                rest.iter().map(|r| r.stats.ok).sum::<u64>(),
+                rest.iter().map(|r| r.stats.redirects).sum::<u64>(),
+                rest.iter().map(|r| r.stats.failed).sum::<u64>(),
+                rest.iter().map(|r| r.stats.rate_limited).sum::<u64>(),
+                rest.iter().map(|r| r.stats.retries).sum::<u64>(),
+                rest.iter().map(|r| r.stats.disallowed).sum::<u64>(),
+            )?;
+        }
+        if i >= MAX_SUMMARY_ROWS {
+            total.pages += s.pages;
+            total.ok += s.ok;
+            total.redirects += s.redirects;
+            total.failed += s.failed;
+            total.rate_limited += s.rate_limited;
+            total.retries += s.retries;
+            total.disallowed += s.disallowed;
+            total.throttled += s.throttled;
+            total.skipped += s.skipped;
+            total.bytes += s.bytes;
+            continue;
+        }
         writeln!(
             out,
             "{:<24} {:>6} {:>5} {:>5} {:>6} {:>5} {:>5} {:>7} {:>8.3}s {:>5} {:>5} {:>9.1}",
@@ -317,5 +410,59 @@ pub fn write_summary(
             "interrupted: {} requests left in {store}; run the same command again to resume",
             summary.left
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crawl::HostStats;
+
+    fn row(scope: &str, queued: u64, pages: u64) -> ScopeRow {
+        ScopeRow {
+            scope: scope.into(),
+            stats: HostStats {
+                queued,
+                pages,
+                ok: pages,
+                ..HostStats::default()
+            },
+            ..ScopeRow::default()
+        }
+    }
+
+    #[test]
+    fn a_broad_crawl_shows_its_busiest_scopes_and_sums_the_rest() {
+        let rows: Vec<ScopeRow> = (0..40)
+            .map(|i| row(&format!("h{i:02}.test"), 100, i))
+            .collect();
+        let (shown, rest) = busiest(&rows, MAX_BARS);
+        assert_eq!(shown.len(), MAX_BARS);
+        assert_eq!(rest.len(), 32);
+        // Most outstanding first: h00 has 100 left, h39 61.
+        assert_eq!(shown[0].scope, "h00.test");
+        assert_eq!(shown[7].scope, "h07.test");
+
+        let summary = CrawlSummary {
+            stop: StopReason::Finished,
+            resumed_with: 0,
+            left: 0,
+            pages: rows.iter().map(|r| r.stats.pages).sum(),
+            failed: 0,
+            elapsed: 1.0,
+            scopes: rows,
+            corrupt: 0,
+        };
+        let mut out = Vec::new();
+        write_summary(&mut out, &summary, "s").unwrap();
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.contains("(10 more scopes)"), "{text}");
+        assert_eq!(
+            text.lines().filter(|l| l.contains(".test")).count(),
+            MAX_SUMMARY_ROWS
+        );
+        // The total still counts every scope.
+        let total = text.lines().find(|l| l.starts_with("total")).unwrap();
+        assert!(total.contains(&summary.pages.to_string()), "{total}");
     }
 }
