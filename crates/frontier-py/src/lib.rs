@@ -131,6 +131,8 @@ struct MetaInfo {
     start: bool,
     /// `meta` holds only `depth` and `is_start_request` (the fast path can rebuild it).
     plain: bool,
+    /// `meta["download_slot"]`, Scrapy's downloader slot.
+    slot: Option<String>,
 }
 
 /// A crawl frontier for Python: see the module docs.
@@ -235,6 +237,18 @@ impl Core {
     }
 }
 
+/// `host:port` without its port (`[::1]:8080` -> `[::1]`); other names unchanged.
+fn host_without_port(scope: &str) -> &str {
+    match scope.rfind(':') {
+        Some(i)
+            if !scope[i..].contains(']') && scope[i + 1..].bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            &scope[..i]
+        }
+        _ => scope,
+    }
+}
+
 fn shape_flags(shape: u8) -> &'static str {
     match shape & 3 {
         0 => "",
@@ -282,7 +296,7 @@ fn read_meta(py: Python<'_>, meta: &Bound<'_, PyAny>, out: &mut Request) -> PyRe
                 let start = value.is_truthy()?;
                 out.start = start;
                 info.start = start;
-                if !value.is(&pyo3::types::PyBool::new(py, true)) {
+                if !value.is(pyo3::types::PyBool::new(py, true)) {
                     info.plain = false;
                 }
             }
@@ -315,6 +329,10 @@ fn read_meta(py: Python<'_>, meta: &Bound<'_, PyAny>, out: &mut Request) -> PyRe
             "dont_throttle" => {
                 info.plain = false;
                 out.dont_throttle = value.is_truthy()?;
+            }
+            "download_slot" => {
+                info.plain = false;
+                info.slot = value.extract::<String>().ok().filter(|s| !s.is_empty());
             }
             _ => info.plain = false,
         }
@@ -430,8 +448,8 @@ fn make_outcome<'a>(
     }
 }
 
-fn scope_stats_dict<'py>(
-    py: Python<'py>,
+/// A scope's figures, from the in-process throttler or from Redis.
+struct Figures {
     sent: u64,
     done: u64,
     triggers: u64,
@@ -443,19 +461,39 @@ fn scope_stats_dict<'py>(
     next_allowed: Timestamp,
     hard_until: Timestamp,
     consumed: f64,
-) -> PyResult<Bound<'py, PyDict>> {
+}
+
+macro_rules! figures {
+    ($s:expr) => {
+        Figures {
+            sent: $s.sent,
+            done: $s.done,
+            triggers: $s.triggers,
+            active: $s.active,
+            base_delay: $s.base_delay,
+            delay: $s.delay,
+            concurrency: $s.concurrency,
+            level: $s.level,
+            next_allowed: $s.next_allowed,
+            hard_until: $s.hard_until,
+            consumed: $s.consumed,
+        }
+    };
+}
+
+fn scope_stats_dict<'py>(py: Python<'py>, f: Figures) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    d.set_item("sent", sent)?;
-    d.set_item("done", done)?;
-    d.set_item("triggers", triggers)?;
-    d.set_item("active", active)?;
-    d.set_item("base_delay", base_delay)?;
-    d.set_item("delay", delay)?;
-    d.set_item("concurrency", concurrency)?;
-    d.set_item("level", level)?;
-    d.set_item("next_allowed", next_allowed.as_secs_f64())?;
-    d.set_item("hard_until", hard_until.as_secs_f64())?;
-    d.set_item("consumed", consumed)?;
+    d.set_item("sent", f.sent)?;
+    d.set_item("done", f.done)?;
+    d.set_item("triggers", f.triggers)?;
+    d.set_item("active", f.active)?;
+    d.set_item("base_delay", f.base_delay)?;
+    d.set_item("delay", f.delay)?;
+    d.set_item("concurrency", f.concurrency)?;
+    d.set_item("level", f.level)?;
+    d.set_item("next_allowed", f.next_allowed.as_secs_f64())?;
+    d.set_item("hard_until", f.hard_until.as_secs_f64())?;
+    d.set_item("consumed", f.consumed)?;
     Ok(d)
 }
 
@@ -597,8 +635,35 @@ impl Core {
             Ok(m) => m,
             Err(_) => request.getattr(pyo3::intern!(py, "meta"))?,
         };
-        let info = read_meta(py, &meta, &mut req)?;
+        let mut info = read_meta(py, &meta, &mut req)?;
 
+        // Scrapy's `download_slot` meta key names the scope when it is not the URL's
+        // own host (the downloader sets it to the host name on every request it handles,
+        // and retries carry it: those stay on the host scope, port included).
+        let host = host_scope(&url);
+        if let (Some(slot), None) = (&info.slot, &req.scopes) {
+            let same_host = host.as_ref().is_ok_and(|h| {
+                h == slot
+                    || host_without_port(h) == slot
+                    || host_without_port(h).trim_matches(['[', ']']) == slot
+            });
+            if !same_host {
+                req.scopes = Some(vec![ScopeAmount {
+                    scope: slot.as_str().into(),
+                    amount: 1.0,
+                }]);
+            }
+        }
+        // A URL without a host (data:, file:) is not throttled: it goes to no server.
+        if req.scopes.is_none() && host.is_err() {
+            let scheme = url.split(':').next().unwrap_or("local");
+            req.scopes = Some(vec![ScopeAmount {
+                scope: format!("{scheme}:").into(),
+                amount: 1.0,
+            }]);
+            req.dont_throttle = true;
+            info.plain = false;
+        }
         if let Some(fp) = fingerprint {
             // A custom fingerprinter: the frontier filters on a URL made of the
             // fingerprint, and throttles on the real URL's host (or the meta scopes).
@@ -934,12 +999,11 @@ impl Core {
     ) -> PyResult<Option<Bound<'py, PyDict>>> {
         let now = now_or(now)?;
         let stats = match self.backend()? {
-            Backend::Memory(f) => f.throttler().snapshot(scope).map(|_| ()).and(
-                f.throttler()
-                    .scopes()
-                    .find(|(name, _)| *name == scope)
-                    .map(|(_, s)| s),
-            ),
+            Backend::Memory(f) => f
+                .throttler()
+                .scopes()
+                .find(|(name, _)| *name == scope)
+                .map(|(_, s)| s),
             Backend::Sqlite(f) => f
                 .throttler()
                 .scopes()
@@ -949,44 +1013,10 @@ impl Core {
                 let s = f
                     .scope_stats(scope, now)
                     .map_err(|e| PyRuntimeError::new_err(format!("redis frontier: {e}")))?;
-                return s
-                    .map(|s| {
-                        scope_stats_dict(
-                            py,
-                            s.sent,
-                            s.done,
-                            s.triggers,
-                            s.active,
-                            s.base_delay,
-                            s.delay,
-                            s.concurrency,
-                            s.level,
-                            s.next_allowed,
-                            s.hard_until,
-                            s.consumed,
-                        )
-                    })
-                    .transpose();
+                return s.map(|s| scope_stats_dict(py, figures!(s))).transpose();
             }
         };
-        stats
-            .map(|s| {
-                scope_stats_dict(
-                    py,
-                    s.sent,
-                    s.done,
-                    s.triggers,
-                    s.active,
-                    s.base_delay,
-                    s.delay,
-                    s.concurrency,
-                    s.level,
-                    s.next_allowed,
-                    s.hard_until,
-                    s.consumed,
-                )
-            })
-            .transpose()
+        stats.map(|s| scope_stats_dict(py, figures!(s))).transpose()
     }
 
     /// Every scope state in memory as `(name, stats)` (in-process stores; Redis: empty).
@@ -998,20 +1028,7 @@ impl Core {
             Backend::Redis(_) => return Ok(list),
         };
         for (name, s) in throttler.scopes() {
-            let d = scope_stats_dict(
-                py,
-                s.sent,
-                s.done,
-                s.triggers,
-                s.active,
-                s.base_delay,
-                s.delay,
-                s.concurrency,
-                s.level,
-                s.next_allowed,
-                s.hard_until,
-                s.consumed,
-            )?;
+            let d = scope_stats_dict(py, figures!(s))?;
             list.append((name, d))?;
         }
         Ok(list)
@@ -1344,22 +1361,7 @@ impl NativeThrottler {
         let now = now_or(now)?;
         self.throttler
             .scope_stats(scope, now)
-            .map(|s| {
-                scope_stats_dict(
-                    py,
-                    s.sent,
-                    s.done,
-                    s.triggers,
-                    s.active,
-                    s.base_delay,
-                    s.delay,
-                    s.concurrency,
-                    s.level,
-                    s.next_allowed,
-                    s.hard_until,
-                    s.consumed,
-                )
-            })
+            .map(|s| scope_stats_dict(py, figures!(s)))
             .transpose()
     }
 

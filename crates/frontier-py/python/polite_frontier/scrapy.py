@@ -138,10 +138,25 @@ class _CompletionMiddleware:
 class Scheduler(BaseScheduler):
     """Scrapy's scheduler interface on the Rust frontier. See the module docs."""
 
-    def __init__(self, crawler: Any):
+    def __init__(
+        self,
+        dupefilter: Any = None,
+        jobdir: str | None = None,
+        dqclass: Any = None,
+        mqclass: Any = None,
+        logunser: bool = False,
+        stats: Any = None,
+        pqclass: Any = None,
+        crawler: Any = None,
+    ):
+        # Scrapy's signature, so that subclasses and callers of Scrapy's scheduler work;
+        # the queue classes are not used (the frontier is the queue).
+        from scrapy.dupefilters import BaseDupeFilter, RFPDupeFilter
+        from scrapy.settings import Settings
+
         self.crawler = crawler
-        self.stats = crawler.stats
-        settings = crawler.settings
+        settings = crawler.settings if crawler is not None else Settings()
+        self.stats = stats if stats is not None else (getattr(crawler, "stats", None) or _NoStats())
         self._exceptions = _exception_kinds(
             "BACKOFF_EXCEPTIONS",
             settings.get("BACKOFF_EXCEPTIONS") or [cls for cls, _ in _KNOWN_EXCEPTIONS],
@@ -151,7 +166,7 @@ class Scheduler(BaseScheduler):
         # Scrapy's DepthMiddleware already lowers priorities by DEPTH_PRIORITY and
         # enforces DEPTH_LIMIT: the frontier must not do it a second time.
         self._settings_json = to_json(doc)
-        self._jobdir = job_dir(settings)
+        self._jobdir = jobdir
         self._redis_url = settings.get("POLITE_FRONTIER_REDIS_URL")
         self._crawl_name = settings.get("POLITE_FRONTIER_CRAWL")
         self._lease_timeout = _seconds_setting(settings, "POLITE_FRONTIER_LEASE_TIMEOUT", 300.0)
@@ -165,25 +180,23 @@ class Scheduler(BaseScheduler):
 
         # Duplicate filter: Scrapy's default filter and fingerprinter run in Rust (same
         # fingerprints); a custom fingerprinter is called here and its fingerprint
-        # filtered in Rust; a custom DUPEFILTER_CLASS is used as it is.
-        df_cls = load_object(settings["DUPEFILTER_CLASS"])
-        from scrapy.dupefilters import BaseDupeFilter, RFPDupeFilter
-
+        # filtered in Rust; any other filter class is used as it is.
         self._df = None
         self._fingerprinter = None
         self._dupefilter = "exact"
+        df_cls = type(dupefilter) if dupefilter is not None else load_object(settings["DUPEFILTER_CLASS"])
         if df_cls is BaseDupeFilter:
             self._dupefilter = "disabled"
         elif df_cls is RFPDupeFilter:
-            fingerprinter = getattr(crawler, "request_fingerprinter", None)
+            fingerprinter = getattr(dupefilter, "fingerprinter", None) or getattr(crawler, "request_fingerprinter", None)
             if fingerprinter is not None and type(fingerprinter) is not RequestFingerprinter:
                 self._fingerprinter = fingerprinter
         else:
-            self._df = build_from_crawler(df_cls, crawler)
+            self._df = dupefilter if dupefilter is not None else build_from_crawler(df_cls, crawler)
             self._dupefilter = "disabled"
         self._debug_dupes = settings.getbool("DUPEFILTER_DEBUG")
         self._logged_dupe = False
-        self._logunser = settings.getbool("SCHEDULER_DEBUG")
+        self._logunser = logunser
         self.core: Any = None
         self.spider: Any = None
         self._leases: dict[int, tuple[int, Request]] = {}
@@ -192,10 +205,16 @@ class Scheduler(BaseScheduler):
         self._wake_at: float | None = None
         self._deferred_ack = False
         self._store_stat = "memory"
+        self._autothrottle = settings.getbool("AUTOTHROTTLE_ENABLED")
 
     @classmethod
     def from_crawler(cls, crawler: Any) -> Scheduler:
-        return cls(crawler)
+        return cls(
+            jobdir=job_dir(crawler.settings),
+            logunser=crawler.settings.getbool("SCHEDULER_DEBUG"),
+            stats=crawler.stats,
+            crawler=crawler,
+        )
 
     # -- life cycle ---------------------------------------------------------------
 
@@ -243,7 +262,12 @@ class Scheduler(BaseScheduler):
         """Completions: a downloader middleware next to the handlers sees every response
         and error; the request is acknowledged once the engine is done with it (its
         callback's requests are queued by then), so a crash never loses them."""
-        engine = getattr(self.crawler, "_engine", None) or getattr(self.crawler, "engine", None)
+        if self.crawler is None:
+            return
+        try:
+            engine = self.crawler.engine
+        except RuntimeError:  # no engine yet (a scheduler used on its own)
+            engine = None
         downloader = getattr(engine, "downloader", None)
         manager = getattr(downloader, "middleware", None)
         if manager is not None and hasattr(manager, "_add_middleware"):
@@ -270,7 +294,7 @@ class Scheduler(BaseScheduler):
             total = getattr(downloader, "total_concurrency", 0) or 0
             if total > getattr(downloader, "domain_concurrency", 0):
                 downloader.domain_concurrency = total
-        if self.crawler.settings.getbool("AUTOTHROTTLE_ENABLED"):
+        if self._autothrottle:
             logger.warning(
                 "AUTOTHROTTLE_ENABLED is on with polite_frontier's scheduler: both throttle; "
                 "turn AutoThrottle off (the scheduler backs off and ramps up by itself)"
@@ -418,7 +442,10 @@ class Scheduler(BaseScheduler):
     def _wake(self) -> None:
         self._wake_call = None
         self._wake_at = None
-        engine = getattr(self.crawler, "engine", None)
+        try:
+            engine = self.crawler.engine
+        except (RuntimeError, AttributeError):
+            return
         slot = getattr(engine, "_slot", None)
         nextcall = getattr(slot, "nextcall", None)
         if nextcall is not None:
@@ -488,6 +515,16 @@ class Scheduler(BaseScheduler):
     def throttling_stats(self) -> dict[str, dict[str, Any]]:
         """The throttler's figures per scope (in-process stores)."""
         return dict(self.core.scopes())
+
+
+class _NoStats:
+    """Stats of a scheduler built without a crawler: counted nowhere."""
+
+    def inc_value(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def set_value(self, *args: Any, **kwargs: Any) -> None:
+        pass
 
 
 def _seconds_setting(settings: Any, name: str, default: float) -> float:
