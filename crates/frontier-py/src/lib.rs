@@ -966,6 +966,21 @@ impl Core {
         }
     }
 
+    /// Work left anywhere: queued requests, and for a Redis frontier also the leases of
+    /// every worker (a dead worker's come back when they expire).
+    fn pending(&mut self) -> PyResult<usize> {
+        match self.backend()? {
+            Backend::Memory(f) => Ok(f.len()),
+            Backend::Sqlite(f) => Ok(f.len()),
+            Backend::Redis(f) => {
+                let info = f
+                    .info()
+                    .map_err(|e| PyRuntimeError::new_err(format!("redis frontier: {e}")))?;
+                Ok(usize::try_from(info.queued + info.delayed + info.leased).unwrap_or(usize::MAX))
+            }
+        }
+    }
+
     /// Requests handed out and not completed (by this process).
     fn in_flight(&mut self) -> PyResult<usize> {
         Ok(each!(self.backend()?, f => f.in_flight()))

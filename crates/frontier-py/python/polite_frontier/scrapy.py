@@ -289,10 +289,11 @@ class Scheduler(BaseScheduler):
             self._deferred_ack = True
         # The scheduler spaces and limits requests per scope: the downloader's own
         # per-slot delay and concurrency would apply them a second time.
-        if downloader is not None and hasattr(downloader, "_delay"):
+        if isinstance(getattr(downloader, "_delay", None), (int, float)):
             downloader._delay = 0.0
-            total = getattr(downloader, "total_concurrency", 0) or 0
-            if total > getattr(downloader, "domain_concurrency", 0):
+            total = getattr(downloader, "total_concurrency", None)
+            domain = getattr(downloader, "domain_concurrency", None)
+            if isinstance(total, int) and isinstance(domain, int) and total > domain:
                 downloader.domain_concurrency = total
         if self._autothrottle:
             logger.warning(
@@ -318,7 +319,8 @@ class Scheduler(BaseScheduler):
     # -- the scheduler interface ---------------------------------------------------
 
     def has_pending_requests(self) -> bool:
-        return len(self) > 0
+        # With Redis, other workers' leases count: a dead worker's are delivered again.
+        return self.core is not None and self.core.pending() > 0
 
     def __len__(self) -> int:
         return len(self.core) if self.core is not None else 0
