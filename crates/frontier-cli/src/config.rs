@@ -68,6 +68,9 @@ pub struct CrawlSettings {
     /// Seconds before a robots.txt that could not be reached (5xx, no answer) is tried
     /// again; meanwhile its origin is disallowed entirely.
     pub robotstxt_unreachable_retry: f64,
+    /// With a Redis store: seconds after which a lease not completed is delivered to
+    /// another worker (its process is presumed dead).
+    pub lease_timeout: f64,
 }
 
 impl Default for CrawlSettings {
@@ -86,6 +89,7 @@ impl Default for CrawlSettings {
             max_throttled_retries: 10,
             robotstxt_cache_lifetime: 86_400.0,
             robotstxt_unreachable_retry: 600.0,
+            lease_timeout: 120.0,
         }
     }
 }

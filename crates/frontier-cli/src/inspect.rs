@@ -21,8 +21,16 @@ use crate::stores::StoreKind;
 /// Arguments of `frontier inspect`.
 #[derive(Debug, clap::Args)]
 pub struct InspectArgs {
-    /// The store: a SQLite file or a polite-store-fs directory.
+    /// The store: a SQLite file, a polite-store-fs directory, or a crawl shared through
+    /// Redis (`redis://HOST:PORT/CRAWL`, opened with the crawl's settings: pass the same
+    /// --config and -s as the crawl).
     pub path: PathBuf,
+    /// Settings file of a Redis crawl (as given to `frontier crawl`).
+    #[arg(long, env = "FRONTIER_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Settings of a Redis crawl set on the crawl's command line (repeatable).
+    #[arg(short = 's', long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
     /// Print JSON instead of tables.
     #[arg(long)]
     pub json: bool,
@@ -224,6 +232,9 @@ pub fn inspect_path(path: &Path) -> anyhow::Result<Report> {
 
 /// Runs `frontier inspect`.
 pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
+    if let Some((url, name)) = crate::crawl::redis_target(&args.path)? {
+        return inspect_redis(&url, &name, &args);
+    }
     let report = inspect_path(&args.path)?;
     let mut out = std::io::stdout().lock();
     if args.json {
@@ -231,6 +242,93 @@ pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
         writeln!(out)?;
     } else {
         write_text(&mut out, &report, args.top)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What a crawl shared through Redis holds, as every worker sees it.
+#[derive(Debug, Serialize)]
+pub struct RedisReport {
+    /// The server (without the crawl's name).
+    pub server: String,
+    /// The crawl's name.
+    pub crawl: String,
+    /// Requests queued (ready or held by their scopes).
+    pub queued: u64,
+    /// Requests held by their own delay.
+    pub delayed: u64,
+    /// Leases out (delivered again if their worker dies).
+    pub leased: u64,
+    /// Requests in flight, fleet-wide.
+    pub in_flight: u64,
+    /// Scope groups with work.
+    pub groups: u64,
+    /// Standalone permits held (API clients sharing the budget).
+    pub permits: u64,
+    /// Requests pushed and queued, over the crawl's life.
+    pub enqueued: u64,
+    /// Requests handed out.
+    pub dequeued: u64,
+    /// Completions.
+    pub acked: u64,
+    /// Retries.
+    pub retried: u64,
+    /// Leases delivered again after their worker went silent.
+    pub redelivered: u64,
+    /// Duplicates dropped.
+    pub filtered: u64,
+}
+
+fn inspect_redis(url: &str, name: &str, args: &InspectArgs) -> anyhow::Result<ExitCode> {
+    let config = crate::config::Config::load(
+        &crate::config::Config::default(),
+        args.config.as_deref(),
+        std::env::vars(),
+    )?
+    .with_overrides(&args.set)?;
+    let mut frontier = polite_store_redis::RedisFrontier::open(
+        url,
+        name,
+        config.settings,
+        polite_store_redis::RedisConfig::default(),
+    )
+    .map_err(|e| anyhow::anyhow!("{url} (crawl {name:?}): {e}"))?;
+    let info = frontier
+        .info()
+        .map_err(|e| anyhow::anyhow!("{url} (crawl {name:?}): {e}"))?;
+    let report = RedisReport {
+        server: url.to_string(),
+        crawl: name.to_string(),
+        queued: info.queued,
+        delayed: info.delayed,
+        leased: info.leased,
+        in_flight: info.in_flight,
+        groups: info.groups,
+        permits: info.permits,
+        enqueued: info.stats.enqueued,
+        dequeued: info.stats.dequeued,
+        acked: info.stats.acked,
+        retried: info.stats.retried,
+        redelivered: info.stats.redelivered,
+        filtered: info.stats.filtered,
+    };
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer_pretty(&mut out, &report)?;
+        writeln!(out)?;
+    } else {
+        let r = &report;
+        writeln!(out, "redis crawl {:?} on {}", r.crawl, r.server)?;
+        writeln!(
+            out,
+            "  queued {} (delayed {}), leased {}, in flight {} (permits {}), groups {}",
+            r.queued, r.delayed, r.leased, r.in_flight, r.permits, r.groups
+        )?;
+        writeln!(
+            out,
+            "  enqueued {}, dequeued {}, acked {}, retried {}, redelivered {}, duplicates dropped {}",
+            r.enqueued, r.dequeued, r.acked, r.retried, r.redelivered, r.filtered
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }

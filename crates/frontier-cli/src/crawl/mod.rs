@@ -42,10 +42,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use polite_frontier_core::{
-    Frontier, FrontierConfig, FrontierError, Lease, PushOutcome, Request, Store, host_scope,
+    Frontier, FrontierConfig, FrontierError, Lease, PushOutcome, Request, Scheduling, Store,
+    host_scope,
 };
-use polite_runtime_tokio::{Clock, Driver, DriverError, unix_now};
+use polite_runtime_tokio::{Clock, DriverError, DriverFor, unix_now};
 use polite_store_fs::{FsConfig, FsStore};
+use polite_store_redis::{RedisConfig, RedisFrontier, TimeSource};
 use polite_store_sqlite::{SqliteOptions, SqliteStore};
 use polite_throttle_core::Outcome;
 use serde::Serialize;
@@ -217,22 +219,159 @@ impl Stopper {
 /// Runs a crawl until it finishes, reaches `max_pages`, or `stopper` is used; returns
 /// the summary. The store is flushed and closed before this returns.
 pub async fn crawl(options: CrawlOptions, stopper: Stopper) -> anyhow::Result<CrawlSummary> {
+    if let Some((url, name)) = redis_target(&options.store)? {
+        return run_redis(&url, &name, options, stopper).await;
+    }
     let kind = StoreKind::resolve(options.store_kind, &options.store)?;
     match kind {
         StoreKind::Sqlite => {
             let store = SqliteStore::open(&options.store, SqliteOptions::default())?;
-            run(store, options, stopper).await
+            run_local(store, options, stopper).await
         }
         StoreKind::Fs => {
             let store = FsStore::open(&options.store, FsConfig::default())?;
-            run(store, options, stopper).await
+            run_local(store, options, stopper).await
         }
     }
 }
 
+/// `redis://HOST:PORT/CRAWL` (or `rediss://` for TLS): the server's URL and the crawl's
+/// name; `None` for a file store. A user name and password in the URL are kept.
+pub fn redis_target(store: &std::path::Path) -> anyhow::Result<Option<(String, String)>> {
+    let Some(text) = store.to_str() else {
+        return Ok(None);
+    };
+    if !(text.starts_with("redis://") || text.starts_with("rediss://")) {
+        return Ok(None);
+    }
+    let url =
+        Url::parse(text).map_err(|e| crate::UsageError::new(format!("--store {text:?}: {e}")))?;
+    let name = url.path().trim_matches('/').to_string();
+    if name.is_empty() || name.contains('/') {
+        return Err(crate::UsageError::new(format!(
+            "--store {text:?}: name the crawl after the address, as in redis://HOST:PORT/CRAWL"
+        ))
+        .into());
+    }
+    let mut server = url.clone();
+    server.set_path("/");
+    Ok(Some((server.to_string(), name)))
+}
+
+/// What the crawl reads of its frontier beyond [`Scheduling`]: queue length and live
+/// scope states. `None` when the frontier cannot answer from `&self` (Redis: the crawl
+/// asks through a connection of its own instead).
+pub(crate) trait CrawlFrontier: Scheduling + Send + 'static {
+    /// Requests left (queued or leased).
+    fn left(&self) -> Option<u64>;
+    /// The live state of each named scope.
+    fn live(&self, names: &[String]) -> Option<Vec<Option<Live>>>;
+}
+
+/// A scope's live state, for the progress display.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Live {
+    delay: f64,
+    concurrency: u32,
+    level: u32,
+    active: u32,
+}
+
+impl<S: Store + Send + 'static> CrawlFrontier for Frontier<S>
+where
+    S::Handle: Send,
+{
+    fn left(&self) -> Option<u64> {
+        Some(self.len() as u64)
+    }
+
+    fn live(&self, names: &[String]) -> Option<Vec<Option<Live>>> {
+        let scopes: HashMap<&str, _> = self.throttler().scopes().collect();
+        Some(
+            names
+                .iter()
+                .map(|n| {
+                    scopes.get(n.as_str()).map(|s| Live {
+                        delay: s.delay,
+                        concurrency: s.concurrency,
+                        level: s.level,
+                        active: s.active,
+                    })
+                })
+                .collect(),
+        )
+    }
+}
+
+impl CrawlFrontier for RedisFrontier {
+    fn left(&self) -> Option<u64> {
+        None
+    }
+
+    fn live(&self, _names: &[String]) -> Option<Vec<Option<Live>>> {
+        None
+    }
+}
+
+/// A second connection to a Redis crawl, for what needs `&mut` access off the driver:
+/// live stats, and permits for robots.txt fetches (so they keep the fleet's spacing).
+type Side = Arc<Mutex<RedisFrontier>>;
+
+async fn side_call<T: Send + 'static>(
+    side: &Side,
+    f: impl FnOnce(&mut RedisFrontier) -> T + Send + 'static,
+) -> anyhow::Result<T> {
+    let side = side.clone();
+    tokio::task::spawn_blocking(move || f(&mut lock(&side)))
+        .await
+        .map_err(|e| anyhow::anyhow!("a Redis call failed: {e}"))
+}
+
+async fn run_redis(
+    url: &str,
+    name: &str,
+    options: CrawlOptions,
+    stopper: Stopper,
+) -> anyhow::Result<CrawlSummary> {
+    let config = RedisConfig::default()
+        .time(TimeSource::Server)
+        .lease_timeout(Duration::from_secs_f64(options.config.crawl.lease_timeout));
+    let open = |what: &str| {
+        RedisFrontier::open(url, name, options.config.settings.clone(), config.clone())
+            .map_err(|e| anyhow::anyhow!("{what} {url} (crawl {name:?}): {e}"))
+    };
+    let frontier = open("cannot open the crawl on")?;
+    let mut side = open("cannot open a second connection to")?;
+    let resumed_with = side.info().map(|i| i.queued + i.delayed).unwrap_or(0);
+    let side = Arc::new(Mutex::new(side));
+    run(frontier, resumed_with, Some(side), options, stopper).await
+}
+
+async fn run_local<S>(
+    store: S,
+    options: CrawlOptions,
+    stopper: Stopper,
+) -> anyhow::Result<CrawlSummary>
+where
+    S: Store + Send + 'static,
+    S::Handle: Send,
+    S::Error: std::error::Error + Send + Sync + 'static,
+{
+    let frontier = Frontier::open(
+        options.config.settings.clone(),
+        FrontierConfig::default(),
+        store,
+        Clock::wall().now(),
+    )
+    .map_err(|e| anyhow::anyhow!("{}: {e}", options.store.display()))?;
+    let resumed_with = frontier.len() as u64;
+    run(frontier, resumed_with, None, options, stopper).await
+}
+
 /// The shared state of one crawl's workers.
-struct Ctx<S: Store> {
-    driver: Driver<S>,
+struct Ctx<B: CrawlFrontier> {
+    driver: DriverFor<B>,
+    side: Option<Side>,
     client: reqwest::Client,
     crawl: CrawlSettings,
     allow: Vec<String>,
@@ -252,25 +391,23 @@ struct Ctx<S: Store> {
 
 type Res = anyhow::Result<()>;
 
-async fn run<S>(store: S, options: CrawlOptions, stopper: Stopper) -> anyhow::Result<CrawlSummary>
+async fn run<B>(
+    frontier: B,
+    resumed_with: u64,
+    side: Option<Side>,
+    options: CrawlOptions,
+    stopper: Stopper,
+) -> anyhow::Result<CrawlSummary>
 where
-    S: Store + Send + 'static,
-    S::Handle: Send,
-    S::Error: std::error::Error + Send + Sync + 'static,
+    B: CrawlFrontier,
+    B::StoreError: std::error::Error + Send + Sync + 'static,
+    B::Closed: Send + 'static,
 {
     let started = Instant::now();
     let config = options.config.clone();
     let workers = config.settings.concurrent_requests as usize;
     let clock = Clock::wall();
-    let frontier = Frontier::open(
-        config.settings.clone(),
-        FrontierConfig::default(),
-        store,
-        clock.now(),
-    )
-    .map_err(|e| anyhow::anyhow!("{}: {e}", options.store.display()))?;
-    let resumed_with = frontier.len() as u64;
-    let driver = Driver::new(frontier, clock);
+    let driver = DriverFor::new(frontier, clock);
 
     let mut allow = options.allow_domains.clone();
     let mut seeds = Vec::new();
@@ -299,6 +436,7 @@ where
     };
     let ctx = Arc::new(Ctx {
         driver: driver.clone(),
+        side,
         client: client(&config.crawl, &options)?,
         crawl: config.crawl.clone(),
         allow,
@@ -367,7 +505,7 @@ where
     }
     let rows = ctx.rows().await;
     progress.finish(&rows);
-    let left = driver.inspect(|f| f.len() as u64).await.unwrap_or(0);
+    let left = ctx.left().await;
     driver.shutdown().await?;
     if let Some(e) = failure {
         return Err(e);
@@ -474,12 +612,30 @@ enum Fetched {
     },
 }
 
-impl<S> Ctx<S>
+impl<B> Ctx<B>
 where
-    S: Store + Send + 'static,
-    S::Handle: Send,
-    S::Error: std::error::Error + Send + Sync + 'static,
+    B: CrawlFrontier,
+    B::StoreError: std::error::Error + Send + Sync + 'static,
+    B::Closed: Send + 'static,
 {
+    /// Requests left in the frontier.
+    async fn left(&self) -> u64 {
+        match &self.side {
+            Some(side) => side_call(side, |f| f.info().map(|i| i.queued + i.delayed + i.leased))
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or(0),
+            None => self
+                .driver
+                .inspect(|f| f.left())
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or(0),
+        }
+    }
+
     /// Whether this run follows `url`: its host is in the allowed domains, it matches an
     /// `--include` pattern (if any) and no `--exclude` pattern.
     fn wanted(&self, url: &str) -> bool {
@@ -500,18 +656,30 @@ where
     async fn rows(&self) -> Vec<ScopeRow> {
         let stats = lock(&self.stats).clone();
         let names: Vec<String> = stats.keys().cloned().collect();
-        let live = self
-            .driver
-            .inspect(move |f| {
-                let throttler = f.throttler();
-                let scopes: HashMap<&str, _> = throttler.scopes().collect();
+        let live: Vec<Option<Live>> = match &self.side {
+            Some(side) => side_call(side, move |f| {
                 names
                     .iter()
-                    .map(|n| scopes.get(n.as_str()).copied())
-                    .collect::<Vec<_>>()
+                    .map(|n| {
+                        f.scope_stats_raw(n).ok().flatten().map(|s| Live {
+                            delay: s.delay,
+                            concurrency: s.concurrency,
+                            level: s.level,
+                            active: s.active,
+                        })
+                    })
+                    .collect()
             })
             .await
-            .unwrap_or_default();
+            .unwrap_or_default(),
+            None => self
+                .driver
+                .inspect(move |f| f.live(&names))
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or_default(),
+        };
         stats
             .into_iter()
             .zip(live.into_iter().chain(std::iter::repeat(None)))
@@ -683,6 +851,115 @@ where
         lock(&self.retries).remove(url).unwrap_or(0)
     }
 
+    /// Fetches `url`'s robots.txt in this worker (fleet mode), each attempt with a
+    /// permit of the fleet's budget on its host, retried like a queued robots.txt
+    /// request; records and returns the rules (`None` if the crawl was stopped first).
+    async fn robots_inline(&self, url: &Url) -> anyhow::Result<Option<robots::Rules>> {
+        let Some(side) = &self.side else {
+            return Ok(None);
+        };
+        let origin = robots::origin(url);
+        let robots_url = robots::robots_url(url);
+        let scope = host_scope(&robots_url).map_err(|e| anyhow::anyhow!("{robots_url}: {e}"))?;
+        let (mut retries, mut throttled) = (0, 0);
+        let lifetime = Duration::from_secs_f64(self.crawl.robotstxt_cache_lifetime);
+        let unreachable = Duration::from_secs_f64(self.crawl.robotstxt_unreachable_retry);
+        let (rules, lifetime) = loop {
+            // A permit: the same spacing as every page of this host, fleet-wide.
+            let permit = loop {
+                if self.stopper.is_stopped() {
+                    self.robots
+                        .set(&origin, robots::Rules::DisallowAll, Duration::ZERO);
+                    return Ok(None);
+                }
+                let (s, now) = (scope.clone(), self.driver.now());
+                let got = side_call(side, move |f| {
+                    f.try_acquire(&[polite_throttle_core::ScopeUse::new(&s)], now)
+                })
+                .await??;
+                match got {
+                    Ok(permit) => break permit,
+                    Err(polite_throttle_core::NotReady::NotUntil(t)) => {
+                        let wait = t.saturating_duration_since(self.driver.now());
+                        tokio::time::sleep(wait.min(Duration::from_secs(5))).await;
+                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                }
+            };
+            let fetched = self.fetch_following(url, &robots_url).await;
+            let outcome = match &fetched {
+                Fetched::Failed { kind, .. } => Outcome::error(kind),
+                Fetched::Response {
+                    status, headers, ..
+                } => response_outcome(*status, headers),
+            };
+            let now = self.driver.now();
+            side_call(side, move |f| f.release(permit, &outcome, now)).await??;
+            let (status, body) = match fetched {
+                Fetched::Failed { .. } => (None, Vec::new()),
+                Fetched::Response { status, body, .. } => (Some(status), body),
+            };
+            let throttling = matches!(status, Some(429))
+                || (status == Some(503)
+                    && matches!(
+                        outcome,
+                        Outcome::Response {
+                            header_delay: Some(_),
+                            ..
+                        }
+                    ));
+            if throttling && throttled < self.crawl.max_throttled_retries {
+                throttled += 1;
+                continue;
+            }
+            if matches!(status, None | Some(429) | Some(500..)) && retries < self.crawl.retry_times
+            {
+                retries += 1;
+                continue;
+            }
+            break match status {
+                Some(200..=299) => (robots::parse(&self.crawl.user_agent, &body), lifetime),
+                None | Some(429) | Some(500..) => (robots::Rules::DisallowAll, unreachable),
+                Some(_) => (robots::Rules::AllowAll, lifetime),
+            };
+        };
+        if matches!(rules, robots::Rules::DisallowAll) {
+            tracing::warn!(robots = %robots_url, "robots.txt unreachable: its origin is disallowed until it is fetched again");
+        }
+        if let Some(delay) = rules.crawl_delay() {
+            self.driver.handle_crawl_delay(scope, delay).await?;
+        }
+        self.robots.set(&origin, rules.clone(), lifetime);
+        Ok(Some(rules))
+    }
+
+    /// Fetches `target` following up to 5 redirects at once (robots.txt's rule).
+    async fn fetch_following(&self, base: &Url, target: &str) -> Fetched {
+        let mut fetched = self.fetch(target).await;
+        self.count(target, |s| s.fetches += 1);
+        let mut hops = 0;
+        while let Fetched::Response {
+            status: 300..=399,
+            headers,
+            ..
+        } = &fetched
+        {
+            let next = headers
+                .iter()
+                .find(|(k, _)| k == "location")
+                .and_then(|(_, v)| std::str::from_utf8(v).ok())
+                .and_then(|loc| base.join(loc.trim()).ok())
+                .filter(|t| matches!(t.scheme(), "http" | "https"));
+            let Some(next) = next.filter(|_| hops < 5) else {
+                break;
+            };
+            hops += 1;
+            fetched = self.fetch(next.as_str()).await;
+            self.count(target, |s| s.fetches += 1);
+        }
+        fetched
+    }
+
     async fn robots_txt(&self, lease: Lease) -> Res {
         let url_text = lease.request.url.to_string();
         let Ok(url) = Url::parse(&url_text) else {
@@ -695,29 +972,8 @@ where
             self.driver.complete(lease.id(), Outcome::Cancelled).await?;
             return Ok(self.driver.commit().await?);
         }
-        let mut fetched = self.fetch(&url_text).await;
-        self.count(&url_text, |s| s.fetches += 1);
         // Redirects of robots.txt are followed at once, up to 5 hops (RFC 9309 2.3.1.2).
-        let mut hops = 0;
-        while let Fetched::Response {
-            status: 300..=399,
-            headers,
-            ..
-        } = &fetched
-        {
-            let target = headers
-                .iter()
-                .find(|(k, _)| k == "location")
-                .and_then(|(_, v)| std::str::from_utf8(v).ok())
-                .and_then(|loc| url.join(loc.trim()).ok())
-                .filter(|t| matches!(t.scheme(), "http" | "https"));
-            let Some(target) = target.filter(|_| hops < 5) else {
-                break;
-            };
-            hops += 1;
-            fetched = self.fetch(target.as_str()).await;
-            self.count(&url_text, |s| s.fetches += 1);
-        }
+        let fetched = self.fetch_following(&url, &url_text).await;
         let lifetime = Duration::from_secs_f64(self.crawl.robotstxt_cache_lifetime);
         let unreachable = Duration::from_secs_f64(self.crawl.robotstxt_unreachable_retry);
         let (outcome, rules, lifetime) = match fetched {
@@ -801,6 +1057,24 @@ where
             let origin = robots::origin(&url);
             let rules = match self.robots.lookup(&origin) {
                 robots::Lookup::Ready(rules) => rules,
+                robots::Lookup::Unknown if self.side.is_some() => {
+                    // A fleet: this process fetches it now, with a permit from the
+                    // fleet's budget, as the queue's robots request could be taken by
+                    // another process (whose cache is not this one's). The page goes
+                    // back meanwhile: the time its lease counted as its send is gone,
+                    // and it must be spaced after the robots.txt request.
+                    self.driver.retry(lease.id(), Outcome::Cancelled, 0).await?;
+                    self.robots_inline(&url).await?;
+                    return Ok(());
+                }
+                robots::Lookup::Pending(rx) if self.side.is_some() => {
+                    self.driver.retry(lease.id(), Outcome::Cancelled, 0).await?;
+                    tokio::select! {
+                        _ = robots::wait(rx) => {}
+                        () = self.stopper.stopped() => {}
+                    }
+                    return Ok(());
+                }
                 robots::Lookup::Unknown => {
                     // Fetch robots.txt first: it goes ahead of this page, which waits
                     // behind it (no backoff: the page was never sent).

@@ -1,0 +1,170 @@
+//! A fleet from the command line: three `frontier crawl --store redis://...` processes
+//! on one crawl, one killed with SIGKILL mid-crawl. Every page is written once (the
+//! killed process's leases go to the others after `crawl.lease_timeout`), and the
+//! server's log shows each host's requests spaced by `download_delay` across all
+//! processes. Needs `redis-server` (skips without it, fails under REQUIRE_REDIS=1).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use polite_store_redis::testing::RedisServer;
+
+const HOSTS: [&str; 2] = ["a.test", "b.test"];
+const PAGES: u32 = 40;
+const DELAY: f64 = 0.15;
+
+/// Serves `PAGES` pages per host, each linking to the next two; logs (host, path, time).
+async fn site() -> (u16, Arc<Mutex<Vec<(String, String, Instant)>>>) {
+    let log: Arc<Mutex<Vec<(String, String, Instant)>>> = Arc::default();
+    let l = log.clone();
+    let app = axum::Router::new().fallback(
+        move |uri: axum::http::Uri, headers: axum::http::HeaderMap| {
+            let l = l.clone();
+            async move {
+                let host = headers
+                    .get("host")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("-")
+                    .split(':')
+                    .next()
+                    .unwrap()
+                    .to_string();
+                l.lock()
+                    .unwrap()
+                    .push((host, uri.path().to_string(), Instant::now()));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                if uri.path() == "/robots.txt" {
+                    return axum::response::Html("User-agent: *\nAllow: /\n".to_string());
+                }
+                let n: u32 = uri
+                    .path()
+                    .strip_prefix("/p/")
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0);
+                let links: String = (n + 1..=n + 2)
+                    .filter(|k| *k < PAGES)
+                    .map(|k| format!("<a href=\"/p/{k}\">{k}</a> "))
+                    .collect();
+                axum::response::Html(format!("<html><body>{links}</body></html>"))
+            }
+        },
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (port, log)
+}
+
+fn worker(dir: &Path, i: usize, redis: &str, port: u16) -> Child {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_frontier"));
+    cmd.current_dir(dir)
+        .env_remove("FRONTIER_CONFIG")
+        .env_remove("FRONTIER_STORE")
+        .args(["crawl", "--progress", "quiet", "--store"])
+        .arg(format!("{redis}fleet"))
+        .arg("--out")
+        .arg(format!("out{i}.jsonl"))
+        .args(["-s", &format!("download_delay={DELAY}")])
+        .args(["-s", "randomize_download_delay=false"])
+        .args(["-s", "crawl.lease_timeout=3"])
+        .args(["-s", "concurrent_requests=4"]);
+    for host in HOSTS {
+        cmd.arg("--resolve").arg(format!("{host}:127.0.0.1:{port}"));
+    }
+    for host in HOSTS {
+        cmd.arg(format!("http://{host}:{port}/p/0"));
+    }
+    cmd.stdout(Stdio::null()).stderr(Stdio::piped());
+    cmd.spawn().unwrap()
+}
+
+fn lines(dir: &Path, i: usize) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(dir.join(format!("out{i}.jsonl")))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processes_share_one_crawl_and_one_budget() {
+    let Some(server) = RedisServer::start_or_skip("cli_fleet") else {
+        return;
+    };
+    let (port, log) = site().await;
+    let dir = tempfile::tempdir().unwrap();
+    let redis = server.url();
+    let mut workers: Vec<Child> = (0..3)
+        .map(|i| worker(dir.path(), i, &redis, port))
+        .collect();
+    // Kill one once the fleet is well under way.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while lines(dir.path(), 0).len() < 5 {
+        assert!(Instant::now() < deadline, "worker 0 wrote nothing");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    workers[0].kill().unwrap(); // SIGKILL
+    workers[0].wait().unwrap();
+    let mut codes = Vec::new();
+    for w in workers.iter_mut().skip(1) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Some(status) = w.try_wait().unwrap() {
+                codes.push(status.code());
+                break;
+            }
+            assert!(Instant::now() < deadline, "a worker did not finish");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    for w in workers.iter_mut().skip(1) {
+        let mut err = String::new();
+        if let Some(mut e) = w.stderr.take() {
+            std::io::Read::read_to_string(&mut e, &mut err).unwrap();
+        }
+        eprintln!("worker stderr: {err}");
+    }
+    assert_eq!(codes, [Some(0), Some(0)]);
+
+    // Every page has its line; at most the killed worker's few leases twice.
+    let mut count: HashMap<String, u32> = HashMap::new();
+    let mut per_worker = Vec::new();
+    for i in 0..3 {
+        let l = lines(dir.path(), i);
+        per_worker.push(l.len());
+        for v in l {
+            assert_eq!(v["status"], 200, "{v}");
+            *count
+                .entry(v["url"].as_str().unwrap().to_string())
+                .or_default() += 1;
+        }
+    }
+    assert_eq!(count.len(), HOSTS.len() * PAGES as usize, "{per_worker:?}");
+    let twice = count.values().filter(|c| **c > 1).count();
+    assert!(twice <= 4, "{twice} pages written twice");
+    assert!(per_worker[1] > 0 && per_worker[2] > 0, "{per_worker:?}");
+
+    // The server's log: per host, requests at least DELAY apart, whichever process.
+    let log = log.lock().unwrap().clone();
+    let mut by_host: BTreeMap<String, Vec<Instant>> = BTreeMap::new();
+    for (host, _path, t) in &log {
+        by_host.entry(host.clone()).or_default().push(*t);
+    }
+    for (host, mut times) in by_host {
+        times.sort();
+        let min_gap = times
+            .windows(2)
+            .map(|w| w[1] - w[0])
+            .min()
+            .unwrap_or(Duration::MAX);
+        eprintln!("{host}: {} requests, closest {min_gap:?}", times.len());
+        // Redis's clock and this one read a few ms apart.
+        assert!(
+            min_gap >= Duration::from_secs_f64(DELAY) - Duration::from_millis(10),
+            "{host}: two requests {min_gap:?} apart"
+        );
+    }
+}
