@@ -75,6 +75,20 @@ pub struct CrawlArgs {
     /// Keep cookies the sites set, and send them back (in memory, for this run).
     #[arg(long)]
     pub cookies: bool,
+    /// Keep every page: write requests and responses to this WARC file (WARC/1.1, gzip
+    /// per record; pages are then asked for uncompressed, so the bytes are the server's).
+    #[arg(long, value_name = "FILE")]
+    pub warc: Option<PathBuf>,
+    /// Start a new WARC file (NAME-00001.warc.gz, ...) once one reaches this size.
+    #[arg(long, value_name = "BYTES", default_value_t = 1 << 30)]
+    pub warc_max_size: u64,
+    /// Seed the crawl with the pages of this sitemap (repeatable; sitemap indexes and
+    /// gzip are read; robots.txt's `Sitemap:` lines are read too).
+    #[arg(long, value_name = "URL")]
+    pub sitemap: Vec<String>,
+    /// Follow links even where rel=nofollow, a robots meta tag or X-Robots-Tag say not to.
+    #[arg(long)]
+    pub ignore_robots_meta: bool,
     /// Send HOST to ADDR (like curl's --resolve), e.g. `example.test:127.0.0.1:8080`.
     #[arg(long, value_name = "HOST:ADDR:PORT", value_parser = parse_resolve)]
     pub resolve: Vec<(String, SocketAddr)>,
@@ -89,6 +103,11 @@ pub struct CrawlArgs {
 const CRAWL_EXAMPLES: &str = "Examples:
   Crawl a site (store and output named after it; run again to resume):
     frontier crawl https://example.com/
+  Keep what it fetches in a WARC archive, seeded from its sitemap too:
+    frontier crawl --warc example.warc.gz --sitemap https://example.com/sitemap.xml https://example.com/
+  A fleet: run this on any number of machines; they share one queue and one budget:
+    frontier crawl --store redis://10.0.0.5:6379/example https://example.com/
+    frontier inspect redis://10.0.0.5:6379/example
   Start over, 2 s between requests to each host, at most 500 pages:
     frontier crawl --fresh -s download_delay=2 --max-pages 500 https://example.com/
   Only the blog, as JSON lines on standard output:
@@ -343,6 +362,10 @@ pub fn run_crawl(args: CrawlArgs) -> anyhow::Result<ExitCode> {
         headers: args.headers,
         proxy: args.proxy,
         cookies: args.cookies,
+        warc: args.warc,
+        warc_max_size: Some(args.warc_max_size),
+        sitemaps: args.sitemap,
+        ignore_robots_meta: args.ignore_robots_meta,
         progress: args.progress,
     };
     runtime()?.block_on(async move {

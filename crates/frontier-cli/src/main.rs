@@ -36,7 +36,7 @@ enum Command {
     /// Start a small web of local sites on loopback and crawl it (the main demo).
     Demo(commands::DemoArgs),
     /// Crawl real sites politely; rerun with the same --store to resume.
-    Crawl(commands::CrawlArgs),
+    Crawl(Box<commands::CrawlArgs>),
     /// Replay a scenario or model a crawl on a virtual clock; JSON lines out.
     Simulate(simulate::SimulateArgs),
     /// Show what a stored frontier holds.
@@ -50,9 +50,11 @@ fn main() -> ExitCode {
         eprintln!("frontier: {error:#}");
         return ExitCode::from(2);
     }
+    // A scenario that cannot be simulated is a mistake in its file: status 2, always.
+    let simulating = matches!(cli.command, Command::Simulate(_));
     let result = match cli.command {
         Command::Demo(args) => commands::run_demo(args),
-        Command::Crawl(args) => commands::run_crawl(args),
+        Command::Crawl(args) => commands::run_crawl(*args),
         Command::Simulate(args) => simulate::run(args),
         Command::Inspect(args) => inspect::run(args),
     };
@@ -60,7 +62,7 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(error) => {
             eprintln!("frontier: {error:#}");
-            ExitCode::from(exit_status(&error))
+            ExitCode::from(if simulating { 2 } else { exit_status(&error) })
         }
     }
 }

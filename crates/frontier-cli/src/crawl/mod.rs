@@ -66,6 +66,10 @@ use crate::stores::StoreKind;
 pub const PAGE: &str = "page";
 /// The callback name of robots.txt requests.
 pub const ROBOTS: &str = "robots";
+/// The callback name of sitemap requests.
+pub const SITEMAP: &str = "sitemap";
+/// Priority of sitemap requests: they feed the queue, so they go before pages.
+const SITEMAP_PRIORITY: i32 = 1 << 20;
 /// Priority of robots.txt requests: ahead of every page of their host.
 const ROBOTS_PRIORITY: i32 = 1 << 24;
 
@@ -86,6 +90,14 @@ pub struct CrawlOptions {
     pub proxy: Option<String>,
     /// Keep cookies in memory and send them back.
     pub cookies: bool,
+    /// Write every page exchange to this WARC file (gzip per record).
+    pub warc: Option<PathBuf>,
+    /// Start a new WARC file once one reaches this many bytes.
+    pub warc_max_size: Option<u64>,
+    /// Sitemaps whose pages seed the crawl (besides those robots.txt lists).
+    pub sitemaps: Vec<String>,
+    /// Follow links even where `rel=nofollow`, meta robots or `X-Robots-Tag` say not to.
+    pub ignore_robots_meta: bool,
     /// Stop after this many pages were finished in this run.
     pub max_pages: Option<u64>,
     /// Settings (throttling, ordering, depth limit, crawler).
@@ -377,6 +389,9 @@ struct Ctx<B: CrawlFrontier> {
     allow: Vec<String>,
     include: Vec<regex::Regex>,
     exclude: Vec<regex::Regex>,
+    warc: Option<warc::WarcWriter>,
+    extra_headers: Vec<(String, String)>,
+    ignore_robots_meta: bool,
     robots: robots::RobotsCache,
     retries: Mutex<HashMap<Box<str>, u32>>,
     throttled: Mutex<HashMap<Box<str>, u32>>,
@@ -442,6 +457,19 @@ where
         allow,
         include: options.include.clone(),
         exclude: options.exclude.clone(),
+        warc: match &options.warc {
+            Some(path) => Some(
+                warc::WarcWriter::open(
+                    path,
+                    options.warc_max_size,
+                    concat!("polite-frontier-cli/", env!("CARGO_PKG_VERSION")),
+                )
+                .map_err(|e| anyhow::anyhow!("--warc {}: {e}", path.display()))?,
+            ),
+            None => None,
+        },
+        extra_headers: options.headers.clone(),
+        ignore_robots_meta: options.ignore_robots_meta,
         robots: robots::RobotsCache::default(),
         retries: Mutex::new(HashMap::new()),
         throttled: Mutex::new(HashMap::new()),
@@ -464,6 +492,12 @@ where
         if let PushOutcome::Queued(_) = outcome {
             ctx.count(url.as_str(), |s| s.queued += 1);
         }
+    }
+    for sitemap in &options.sitemaps {
+        let url = Url::parse(sitemap).map_err(|e| {
+            crate::UsageError::new(format!("--sitemap {sitemap:?} is not an absolute URL: {e}"))
+        })?;
+        ctx.push_sitemap(url.as_str()).await?;
     }
     driver.commit().await?;
 
@@ -548,6 +582,10 @@ fn client(crawl: &CrawlSettings, options: &CrawlOptions) -> anyhow::Result<reqwe
         .default_headers(headers)
         .cookie_store(options.cookies)
         .pool_max_idle_per_host(16);
+    if options.warc.is_some() {
+        // The archive keeps the bytes as the server sent them: ask for no compression.
+        builder = builder.no_gzip().no_brotli();
+    }
     if let Some(proxy) = &options.proxy {
         let proxy = reqwest::Proxy::all(proxy)
             .map_err(|e| crate::UsageError::new(format!("--proxy {proxy:?}: {e}")))?;
@@ -589,11 +627,7 @@ fn describe(e: &dyn std::error::Error) -> String {
 
 /// The redirect hops a request already made, from its `meta`.
 fn hops(request: &Request) -> u32 {
-    request
-        .extras
-        .as_ref()
-        .and_then(|e| std::str::from_utf8(&e.meta).ok())
-        .and_then(|m| m.strip_prefix("redirects="))
+    meta_value(request, "redirects")
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
 }
@@ -605,6 +639,14 @@ enum Fetched {
         headers: Vec<(String, Vec<u8>)>,
         body: Vec<u8>,
         content_type: Option<String>,
+        /// The body was cut at `download_maxsize`.
+        truncated: bool,
+        /// From sending the request to the body's end.
+        elapsed: Duration,
+        /// The server's address.
+        ip: Option<std::net::IpAddr>,
+        /// `HTTP/1.1`, `HTTP/2.0`, ...
+        version: &'static str,
     },
     Failed {
         kind: &'static str,
@@ -730,12 +772,14 @@ where
             }
             match lease.request.callback.as_deref() {
                 Some(ROBOTS) => self.robots_txt(lease).await?,
+                Some(SITEMAP) => self.sitemap(lease).await?,
                 _ => self.page(lease).await?,
             }
         }
     }
 
     async fn fetch(&self, url: &str) -> Fetched {
+        let started = Instant::now();
         let response = match self.client.get(url).send().await {
             Ok(r) => r,
             Err(e) => {
@@ -756,14 +800,24 @@ where
             .get(reqwest::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
+        let ip = response.remote_addr().map(|a| a.ip());
+        let version = match response.version() {
+            reqwest::Version::HTTP_09 => "HTTP/0.9",
+            reqwest::Version::HTTP_10 => "HTTP/1.0",
+            reqwest::Version::HTTP_2 => "HTTP/2.0",
+            reqwest::Version::HTTP_3 => "HTTP/3.0",
+            _ => "HTTP/1.1",
+        };
         let mut response = response;
         let mut body = Vec::new();
+        let mut truncated = false;
         loop {
             match response.chunk().await {
                 Ok(Some(chunk)) => {
                     let room = (self.crawl.download_maxsize as usize).saturating_sub(body.len());
                     body.extend_from_slice(&chunk[..chunk.len().min(room)]);
                     if chunk.len() > room {
+                        truncated = true;
                         break;
                     }
                 }
@@ -781,6 +835,10 @@ where
             headers,
             body,
             content_type,
+            truncated,
+            elapsed: started.elapsed(),
+            ip,
+            version,
         }
     }
 
@@ -929,6 +987,7 @@ where
         if let Some(delay) = rules.crawl_delay() {
             self.driver.handle_crawl_delay(scope, delay).await?;
         }
+        self.push_listed_sitemaps(&rules).await?;
         self.robots.set(&origin, rules.clone(), lifetime);
         Ok(Some(rules))
     }
@@ -1025,6 +1084,7 @@ where
         {
             self.driver.handle_crawl_delay(scope, delay).await?;
         }
+        self.push_listed_sitemaps(&rules).await?;
         self.robots.set(&origin, rules, lifetime);
         self.driver.complete(lease.id(), outcome).await?;
         Ok(self.driver.commit().await?)
@@ -1137,12 +1197,26 @@ where
                 headers,
                 body,
                 content_type,
+                truncated,
+                elapsed,
+                ip,
+                version,
             } => {
                 let outcome = response_outcome(status, &headers);
                 self.count(&url_text, |s| {
                     s.bytes += body.len() as u64;
                     s.rate_limited += u64::from(status == 429);
                 });
+                if let Some(warc) = &self.warc {
+                    let mut ex = warc::Exchange::new(&url, status, &body);
+                    ex.response_headers = headers.clone();
+                    ex.request_headers = self.request_headers();
+                    ex.truncated = truncated;
+                    ex.ip = ip;
+                    ex.version = version;
+                    warc.write_exchange(&ex)
+                        .map_err(|e| anyhow::anyhow!("cannot write the WARC file: {e}"))?;
+                }
                 if self
                     .maybe_requeue_throttled(&lease, status, outcome)
                     .await?
@@ -1156,7 +1230,8 @@ where
                 if (300..400).contains(&status) && status != 304 {
                     location = self.redirect(&lease, &url, &headers, outcome).await?;
                 } else if (200..300).contains(&status) && is_html(content_type.as_deref(), &body) {
-                    self.follow_links(&lease, &url, &body).await?;
+                    self.follow_links(&lease, &url, &headers, content_type.as_deref(), &body)
+                        .await?;
                 }
                 self.count(&url_text, |s| {
                     s.pages += 1;
@@ -1170,6 +1245,9 @@ where
                     status,
                     bytes: body.len() as u64,
                     content_type,
+                    sha256: sha256_hex(&body),
+                    elapsed_ms: elapsed.as_secs_f64() * 1e3,
+                    truncated,
                 };
                 self.finish(&lease, Some(page), None, retries, location)?;
                 self.driver.complete(lease.id(), outcome).await?;
@@ -1215,7 +1293,9 @@ where
                         .saturating_add(self.crawl.redirect_priority_adjust),
                 )
                 .depth(lease.request.depth)
-                .meta(format!("redirects={}", hops + 1).into_bytes());
+                .meta(
+                    format!("redirects={}\nreferer={}", hops + 1, lease.request.url).into_bytes(),
+                );
             if let Outcome::Response {
                 header_delay: Some(wait),
                 ..
@@ -1230,15 +1310,37 @@ where
         Ok(Some(target.to_string()))
     }
 
-    async fn follow_links(&self, lease: &Lease, url: &Url, body: &[u8]) -> Res {
-        let html = String::from_utf8_lossy(body);
-        let children: Vec<Request> = extract_links(url, &html)
+    async fn follow_links(
+        &self,
+        lease: &Lease,
+        url: &Url,
+        headers: &[(String, Vec<u8>)],
+        content_type: Option<&str>,
+        body: &[u8],
+    ) -> Res {
+        let encoding = page::sniff_encoding(body, content_type);
+        let (html, _, _) = encoding.decode(body);
+        let x_robots: Vec<&str> = headers
+            .iter()
+            .filter(|(k, _)| k == "x-robots-tag")
+            .filter_map(|(_, v)| std::str::from_utf8(v).ok())
+            .collect();
+        let found = page::extract(url, &html, encoding, &x_robots, &self.crawl.user_agent);
+        let mut links = found.links;
+        if self.ignore_robots_meta {
+            links.extend(found.rel_nofollow);
+        } else if found.nofollow {
+            tracing::debug!(page = %url, "nofollow: links not followed");
+            links.clear();
+        }
+        let children: Vec<Request> = links
             .into_iter()
             .filter(|link| self.wanted(link.as_str()))
             .map(|link| {
                 Request::get(link.as_str())
                     .callback(PAGE)
                     .child_of(&lease.request)
+                    .meta(format!("referer={url}").into_bytes())
             })
             .collect();
         if children.is_empty() {
@@ -1254,6 +1356,115 @@ where
         Ok(())
     }
 
+    /// What the WARC request record says was sent: our User-Agent and extra headers.
+    fn request_headers(&self) -> Vec<(String, Vec<u8>)> {
+        let mut h = vec![(
+            "User-Agent".to_string(),
+            self.crawl.user_agent.as_bytes().to_vec(),
+        )];
+        h.extend(
+            self.extra_headers
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_bytes().to_vec())),
+        );
+        h
+    }
+
+    /// Queues the sitemaps robots.txt lists, within the allowed domains.
+    async fn push_listed_sitemaps(&self, rules: &robots::Rules) -> Res {
+        for sitemap in rules.sitemaps() {
+            let host_ok = Url::parse(&sitemap).ok().is_some_and(|u| {
+                matches!(u.scheme(), "http" | "https")
+                    && allowed_domain(&self.allow, u.host_str().unwrap_or_default())
+            });
+            if host_ok {
+                self.push_sitemap(&sitemap).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues a sitemap (deduplicated like any request).
+    async fn push_sitemap(&self, url: &str) -> Res {
+        let request = Request::get(url)
+            .callback(SITEMAP)
+            .priority(SITEMAP_PRIORITY)
+            .start();
+        if let PushOutcome::Queued(_) = self.driver.push(request).await? {
+            self.count(url, |s| s.queued += 1);
+        }
+        Ok(())
+    }
+
+    /// A sitemap: its pages join the crawl as start requests (within the allowed
+    /// domains and patterns), its child sitemaps are queued.
+    async fn sitemap(&self, lease: Lease) -> Res {
+        let url_text = lease.request.url.to_string();
+        let fetched = self.fetch(&url_text).await;
+        self.count(&url_text, |s| s.fetches += 1);
+        let (outcome, body) = match fetched {
+            Fetched::Failed { kind, .. } => {
+                let outcome = Outcome::error(kind);
+                if self.maybe_retry(&lease, outcome).await? {
+                    return Ok(());
+                }
+                (outcome, None)
+            }
+            Fetched::Response {
+                status,
+                headers,
+                body,
+                ..
+            } => {
+                let outcome = response_outcome(status, &headers);
+                self.count(&url_text, |s| s.bytes += body.len() as u64);
+                if self
+                    .maybe_requeue_throttled(&lease, status, outcome)
+                    .await?
+                    || (self.crawl.retry_http_codes.contains(&status)
+                        && self.maybe_retry(&lease, outcome).await?)
+                {
+                    return Ok(());
+                }
+                (outcome, (200..300).contains(&status).then_some(body))
+            }
+        };
+        self.retries_of(&url_text);
+        match body.map(|b| sitemap::parse_sitemap(&b)) {
+            Some(Ok(map)) => {
+                if map.truncated {
+                    tracing::warn!(sitemap = %url_text, "sitemap over 50,000 URLs: the rest is ignored");
+                }
+                match map.kind {
+                    sitemap::SitemapKind::Index => {
+                        for child in map.urls {
+                            self.push_sitemap(child.as_str()).await?;
+                        }
+                    }
+                    _ => {
+                        let pages: Vec<Request> = map
+                            .urls
+                            .iter()
+                            .filter(|u| self.wanted(u.as_str()))
+                            .map(|u| Request::get(u.as_str()).callback(PAGE).start())
+                            .collect();
+                        let urls: Vec<Box<str>> = pages.iter().map(|r| r.url.clone()).collect();
+                        let outcomes = self.driver.push_all(pages).await?;
+                        for (u, o) in urls.iter().zip(outcomes) {
+                            if let PushOutcome::Queued(_) = o {
+                                self.count(u, |s| s.queued += 1);
+                            }
+                        }
+                    }
+                }
+            }
+            Some(Err(e)) => tracing::warn!(sitemap = %url_text, error = %e, "sitemap not read"),
+            None => tracing::warn!(sitemap = %url_text, "sitemap could not be fetched"),
+        }
+        self.driver.complete(lease.id(), outcome).await?;
+        Ok(self.driver.commit().await?)
+    }
+
     fn finish(
         &self,
         lease: &Lease,
@@ -1263,8 +1474,19 @@ where
         location: Option<String>,
     ) -> Res {
         if let Some(out) = &self.out {
+            let referer = meta_value(&lease.request, "referer");
+            let final_url = match (&page, &location) {
+                (Some(_), Some(target)) => Some(target.as_str()),
+                (Some(_), None) => Some(&*lease.request.url),
+                (None, _) => None,
+            };
             let line = PageLine {
                 url: &lease.request.url,
+                referer: referer.as_deref(),
+                final_url,
+                elapsed_ms: page.as_ref().map(|p| p.elapsed_ms),
+                sha256: page.as_ref().map(|p| p.sha256.as_str()),
+                truncated: page.as_ref().is_some_and(|p| p.truncated),
                 status: page.as_ref().map(|p| p.status),
                 depth: lease.request.depth,
                 fetched_at: output::rfc3339(std::time::SystemTime::now()),
@@ -1287,6 +1509,26 @@ struct PageInfo {
     status: u16,
     bytes: u64,
     content_type: Option<String>,
+    sha256: String,
+    elapsed_ms: f64,
+    truncated: bool,
+}
+
+fn sha256_hex(body: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(body)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// A `key=value` line of a request's `meta` (the crawler's own: `redirects=N`,
+/// `referer=URL`).
+fn meta_value(request: &Request, key: &str) -> Option<String> {
+    let meta = std::str::from_utf8(&request.extras.as_ref()?.meta).ok()?;
+    meta.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+        .map(str::to_string)
 }
 
 fn response_outcome(status: u16, headers: &[(String, Vec<u8>)]) -> Outcome<'static> {

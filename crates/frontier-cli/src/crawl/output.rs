@@ -13,6 +13,17 @@ use serde::Serialize;
 pub struct PageLine<'a> {
     /// The URL.
     pub url: &'a str,
+    /// The page whose link (or redirect) queued it; `null` for seeds and sitemap pages.
+    pub referer: Option<&'a str>,
+    /// Where the answer leads: the URL itself, or a redirect's target (each hop is a
+    /// request of its own, with its own line); `null` when there was no answer.
+    pub final_url: Option<&'a str>,
+    /// Milliseconds from sending the request to the body's end.
+    pub elapsed_ms: Option<f64>,
+    /// SHA-256 of the body received (hex), as kept (see `truncated`).
+    pub sha256: Option<&'a str>,
+    /// The body was cut at `crawl.download_maxsize`.
+    pub truncated: bool,
     /// The final status (`null` when no response: an error, or robots.txt disallowed it).
     pub status: Option<u16>,
     /// Link depth from the seeds.
@@ -142,6 +153,11 @@ mod tests {
         let out = OutFile::open(&path).unwrap();
         out.write(&PageLine {
             url: "c",
+            referer: None,
+            final_url: Some("c"),
+            elapsed_ms: Some(1.0),
+            sha256: None,
+            truncated: false,
             status: Some(200),
             depth: 1,
             fetched_at: "x".into(),

@@ -47,6 +47,14 @@ impl Rules {
         }
     }
 
+    /// The sitemaps it lists (`Sitemap:` lines).
+    pub fn sitemaps(&self) -> Vec<String> {
+        match self {
+            Rules::Parsed(robot) => robot.sitemaps.clone(),
+            _ => Vec::new(),
+        }
+    }
+
     /// The Crawl-delay, if any.
     pub fn crawl_delay(&self) -> Option<f64> {
         match self {
@@ -163,7 +171,7 @@ pub(crate) async fn wait(mut rx: watch::Receiver<Option<Rules>>) -> Option<Rules
 /// The most of a robots.txt body that is parsed (RFC 9309 2.5: at least 500 KiB).
 pub(crate) const PARSE_LIMIT: usize = 500 * 1024;
 
-/// Parses a robots.txt body for `agent` (its first [`PARSE_LIMIT`] bytes); a body that
+/// Parses a robots.txt body for `agent` (its first 500 KiB); a body that
 /// cannot be parsed allows all.
 pub fn parse(agent: &str, body: &[u8]) -> Rules {
     // robots.txt groups match on the product token, not the whole User-Agent string.
