@@ -7,12 +7,13 @@
 //! Without python3, venv or pip (or PyPI), the test prints SKIP and passes, unless `CI`
 //! or `REQUIRE_PYTHON` is set, when it fails.
 
+mod tools;
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
+use tools::warcio_python;
 
 use polite_frontier_cli::crawl::warc::{Exchange, WarcWriter};
 use serde_json::Value;
@@ -20,7 +21,6 @@ use sha2::{Digest, Sha256};
 use url::Url;
 
 /// The warcio release the test installs.
-const WARCIO: &str = "warcio==1.8.1";
 
 /// Reads every file named on the command line with digest checks on and prints one JSON
 /// object per record, then one per file with its count of gzip members.
@@ -290,75 +290,4 @@ fn hex_sha256(bytes: &[u8]) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
-}
-
-/// The virtualenv's python with warcio installed, or `None` (after printing SKIP) when
-/// it cannot be had and neither `CI` nor `REQUIRE_PYTHON` is set.
-fn warcio_python() -> Option<PathBuf> {
-    let venv = target_dir().join("warcio-venv");
-    let python = venv.join("bin").join("python");
-    let has_warcio = |python: &Path| {
-        Command::new(python)
-            .args(["-c", "import warcio"])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    };
-    if has_warcio(&python) {
-        return Some(python);
-    }
-    if !python.exists() {
-        match Command::new("python3")
-            .args(["-m", "venv"])
-            .arg(&venv)
-            .output()
-        {
-            Ok(o) if o.status.success() => {}
-            Ok(o) => {
-                return skip(&format!(
-                    "python3 -m venv failed: {}",
-                    String::from_utf8_lossy(&o.stderr).trim()
-                ));
-            }
-            Err(e) => return skip(&format!("python3 not runnable: {e}")),
-        }
-    }
-    let pip = Command::new(&python)
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-        ])
-        .args(["--retries", "1", "--timeout", "30", WARCIO])
-        .output();
-    match pip {
-        Ok(o) if o.status.success() && has_warcio(&python) => Some(python),
-        Ok(o) => skip(&format!(
-            "pip install {WARCIO} failed: {}",
-            String::from_utf8_lossy(&o.stderr).trim()
-        )),
-        Err(e) => skip(&format!("pip not runnable: {e}")),
-    }
-}
-
-fn skip(why: &str) -> Option<PathBuf> {
-    let required = ["CI", "REQUIRE_PYTHON"]
-        .iter()
-        .any(|v| std::env::var_os(v).is_some_and(|s| !s.is_empty()));
-    assert!(
-        !required,
-        "warcio is required (CI or REQUIRE_PYTHON is set): {why}"
-    );
-    eprintln!("SKIP: {why}");
-    None
-}
-
-/// The target directory this test was built in (`target/debug/deps/<test>` is the
-/// executable).
-fn target_dir() -> PathBuf {
-    std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.ancestors().nth(3).map(Path::to_path_buf))
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"))
 }
