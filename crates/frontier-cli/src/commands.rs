@@ -89,6 +89,10 @@ pub struct CrawlArgs {
     /// Follow links even where rel=nofollow, a robots meta tag or X-Robots-Tag say not to.
     #[arg(long)]
     pub ignore_robots_meta: bool,
+    /// Serve Prometheus metrics (text format, at /metrics or /) on this address while
+    /// crawling, e.g. `127.0.0.1:9898`.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
     /// Send HOST to ADDR (like curl's --resolve), e.g. `example.test:127.0.0.1:8080`.
     #[arg(long, value_name = "HOST:ADDR:PORT", value_parser = parse_resolve)]
     pub resolve: Vec<(String, SocketAddr)>,
@@ -366,6 +370,7 @@ pub fn run_crawl(args: CrawlArgs) -> anyhow::Result<ExitCode> {
         warc_max_size: Some(args.warc_max_size),
         sitemaps: args.sitemap,
         ignore_robots_meta: args.ignore_robots_meta,
+        metrics: args.metrics,
         progress: args.progress,
     };
     runtime()?.block_on(async move {

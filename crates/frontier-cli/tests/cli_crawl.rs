@@ -291,3 +291,44 @@ async fn robots_txt_follows_rfc_9309() {
             .any(|p| p.starts_with("/private"))
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_served_in_prometheus_text_while_crawling() {
+    let (url, _seen) = site().await;
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    // Slow enough (1 s between pages) to be scraped mid-crawl.
+    let mut child = frontier(dir.path())
+        .args(["crawl", "--progress", "quiet", "-s", "download_delay=1"])
+        .args(["-s", "randomize_download_delay=false", "--metrics"])
+        .arg(format!("127.0.0.1:{port}"))
+        .arg(&url)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut text = String::new();
+    for _ in 0..60 {
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+        if let Ok(r) = reqwest::get(format!("http://127.0.0.1:{port}/metrics")).await {
+            text = r.text().await.unwrap_or_default();
+            if text.contains("frontier_scope_delay_seconds") && text.contains("class=\"2xx\"") {
+                break;
+            }
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    for needle in [
+        "# HELP frontier_requests_sent_total",
+        "frontier_responses_total{class=\"2xx\"}",
+        "frontier_queue_length",
+        "frontier_scope_delay_seconds{scope=\"127.0.0.1:",
+        "frontier_scope_backoff_level",
+    ] {
+        assert!(text.contains(needle), "{needle} missing from:\n{text}");
+    }
+}

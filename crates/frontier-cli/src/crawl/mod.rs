@@ -98,6 +98,8 @@ pub struct CrawlOptions {
     pub sitemaps: Vec<String>,
     /// Follow links even where `rel=nofollow`, meta robots or `X-Robots-Tag` say not to.
     pub ignore_robots_meta: bool,
+    /// Serve Prometheus metrics on this address while crawling.
+    pub metrics: Option<SocketAddr>,
     /// Stop after this many pages were finished in this run.
     pub max_pages: Option<u64>,
     /// Settings (throttling, ordering, depth limit, crawler).
@@ -419,6 +421,13 @@ where
     B::Closed: Send + 'static,
 {
     let started = Instant::now();
+    if let Some(addr) = options.metrics {
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .with_http_listener(addr)
+            .install()
+            .map_err(|e| crate::UsageError::new(format!("--metrics {addr}: {e}")))?;
+        describe_metrics();
+    }
     let config = options.config.clone();
     let workers = config.settings.concurrent_requests as usize;
     let clock = Clock::wall();
@@ -526,6 +535,9 @@ where
             () = tokio::time::sleep(progress.interval()) => {
                 let rows = ctx.rows().await;
                 progress.update(&rows, ctx.pages.load(Ordering::Relaxed));
+                if options.metrics.is_some() {
+                    ctx.publish_gauges(&rows).await;
+                }
             }
         }
     }
@@ -559,6 +571,38 @@ where
         scopes: rows,
         corrupt: ctx.corrupt.load(Ordering::Relaxed),
     })
+}
+
+/// Help texts of the Prometheus metrics (`--metrics`).
+fn describe_metrics() {
+    metrics::describe_counter!(
+        "frontier_requests_sent_total",
+        "HTTP requests sent (every attempt, robots.txt and sitemaps included)"
+    );
+    metrics::describe_counter!(
+        "frontier_responses_total",
+        "Responses received, by status class"
+    );
+    metrics::describe_counter!("frontier_rate_limited_total", "Responses with status 429");
+    metrics::describe_counter!(
+        "frontier_transport_errors_total",
+        "Requests that got no response, by error kind"
+    );
+    metrics::describe_counter!(
+        "frontier_retries_total",
+        "Requests put back: after a failure (retry_times) or a throttling answer"
+    );
+    metrics::describe_gauge!("frontier_queue_length", "Requests left in the frontier");
+    metrics::describe_gauge!("frontier_in_flight", "Requests in flight");
+    metrics::describe_gauge!("frontier_pages_total", "Pages finished in this run");
+    metrics::describe_gauge!(
+        "frontier_scope_delay_seconds",
+        "Current delay between sends of a scope (the busiest 100)"
+    );
+    metrics::describe_gauge!(
+        "frontier_scope_backoff_level",
+        "Backoff level of a scope (the busiest 100)"
+    );
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -660,6 +704,23 @@ where
     B::StoreError: std::error::Error + Send + Sync + 'static,
     B::Closed: Send + 'static,
 {
+    /// The gauges: queue length, requests in flight, and delay and backoff level of the
+    /// busiest scopes (at most 100, to bound the series a broad crawl creates).
+    async fn publish_gauges(&self, rows: &[ScopeRow]) {
+        metrics::gauge!("frontier_queue_length").set(self.left().await as f64);
+        metrics::gauge!("frontier_in_flight")
+            .set(rows.iter().map(|r| f64::from(r.active)).sum::<f64>());
+        metrics::gauge!("frontier_pages_total").set(self.pages.load(Ordering::Relaxed) as f64);
+        let (shown, _) = crate::progress::busiest(rows, 100);
+        for row in shown {
+            let scope = row.scope.clone();
+            metrics::gauge!("frontier_scope_delay_seconds", "scope" => scope.clone())
+                .set(row.delay);
+            metrics::gauge!("frontier_scope_backoff_level", "scope" => scope)
+                .set(f64::from(row.level));
+        }
+    }
+
     /// Requests left in the frontier.
     async fn left(&self) -> u64 {
         match &self.side {
@@ -780,9 +841,25 @@ where
 
     async fn fetch(&self, url: &str) -> Fetched {
         let started = Instant::now();
+        metrics::counter!("frontier_requests_sent_total").increment(1);
         let response = match self.client.get(url).send().await {
-            Ok(r) => r,
+            Ok(r) => {
+                let class = match r.status().as_u16() {
+                    100..=199 => "1xx",
+                    200..=299 => "2xx",
+                    300..=399 => "3xx",
+                    400..=499 => "4xx",
+                    _ => "5xx",
+                };
+                metrics::counter!("frontier_responses_total", "class" => class).increment(1);
+                if r.status() == 429 {
+                    metrics::counter!("frontier_rate_limited_total").increment(1);
+                }
+                r
+            }
             Err(e) => {
+                metrics::counter!("frontier_transport_errors_total", "kind" => error_kind(&e))
+                    .increment(1);
                 return Fetched::Failed {
                     kind: error_kind(&e),
                     message: describe(&e),
@@ -856,6 +933,7 @@ where
             }
         };
         if retried {
+            metrics::counter!("frontier_retries_total", "reason" => "failure").increment(1);
             self.count(url, |s| s.retries += 1);
             self.driver
                 .retry(lease.id(), outcome, self.crawl.retry_priority_adjust)
@@ -898,6 +976,7 @@ where
             }
         };
         if requeued {
+            metrics::counter!("frontier_retries_total", "reason" => "throttled").increment(1);
             self.count(url, |s| s.throttled += 1);
             self.driver.retry(lease.id(), outcome, 0).await?;
         }
