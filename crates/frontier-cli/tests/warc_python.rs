@@ -20,8 +20,6 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 use url::Url;
 
-/// The warcio release the test installs.
-
 /// Reads every file named on the command line with digest checks on and prints one JSON
 /// object per record, then one per file with its count of gzip members.
 const READER: &str = r#"
