@@ -332,3 +332,78 @@ async fn metrics_are_served_in_prometheus_text_while_crawling() {
         assert!(text.contains(needle), "{needle} missing from:\n{text}");
     }
 }
+
+/// `/` links to /a (rel=nofollow) and /b; /b says nofollow in its robots meta and links
+/// to /c; robots.txt lists a sitemap (gzip is read too) naming /orphan, linked from
+/// nowhere; /latin is Latin-1 and links to /caf%C3%A9 (its link text is "café").
+async fn directives_site() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use axum::http::header::CONTENT_TYPE;
+    use axum::response::IntoResponse;
+    let seen: std::sync::Arc<std::sync::Mutex<Vec<String>>> = Default::default();
+    let log = seen.clone();
+    let app = axum::Router::new().fallback(
+        move |uri: axum::http::Uri, headers: HeaderMap| {
+            let log = log.clone();
+            async move {
+                let host = headers.get("host").unwrap().to_str().unwrap().to_string();
+                let path = uri.path().to_string();
+                log.lock().unwrap().push(path.clone());
+                let html = |b: &str| ([(CONTENT_TYPE, "text/html")], b.to_string()).into_response();
+                match path.as_str() {
+                    "/robots.txt" => format!("User-agent: *\nAllow: /\nSitemap: http://{host}/sitemap.xml\n")
+                        .into_response(),
+                    "/sitemap.xml" => format!(
+                        r#"<?xml version="1.0"?><urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"><url><loc>http://{host}/orphan</loc></url><url><loc>http://{host}/latin</loc></url></urlset>"#
+                    )
+                    .into_response(),
+                    "/" => html(r#"<a rel="nofollow" href="/a">a</a> <a href="/b">b</a>"#),
+                    "/b" => html(r#"<meta name="robots" content="nofollow"><a href="/c">c</a>"#),
+                    "/latin" => (
+                        [(CONTENT_TYPE, "text/html; charset=iso-8859-1")],
+                        b"<a href=\"/caf\xe9\">caf\xe9</a>".to_vec(),
+                    )
+                        .into_response(),
+                    _ => html("leaf"),
+                }
+            }
+        },
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    (url, seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sitemaps_nofollow_and_charsets() {
+    let (url, seen) = directives_site().await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = crawl_async(dir.path(), vec![url.clone()]).await;
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    let mut paths = seen.lock().unwrap().clone();
+    paths.sort();
+    assert_eq!(
+        paths,
+        [
+            "/",
+            "/b",
+            "/caf%C3%A9",
+            "/latin",
+            "/orphan",
+            "/robots.txt",
+            "/sitemap.xml"
+        ],
+        "nofollow links skipped, the sitemap's pages crawled, the Latin-1 link decoded"
+    );
+
+    // Told to ignore the directives: /a and /c too.
+    let (url, seen) = directives_site().await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = crawl_async(dir.path(), vec!["--ignore-robots-meta".into(), url]).await;
+    assert_eq!(code(&out), 0);
+    let paths = seen.lock().unwrap().clone();
+    assert!(
+        paths.contains(&"/a".to_string()) && paths.contains(&"/c".to_string()),
+        "{paths:?}"
+    );
+}
