@@ -407,3 +407,19 @@ async fn sitemaps_nofollow_and_charsets() {
         "{paths:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_go_through_the_proxy() {
+    // The local site plays an HTTP proxy: requests for a host that does not resolve
+    // reach it only through --proxy.
+    let (proxy, seen) = site().await;
+    let dir = tempfile::tempdir().unwrap();
+    let out = crawl_async(
+        dir.path(),
+        vec!["--proxy".into(), proxy, "http://example.invalid/".into()],
+    )
+    .await;
+    assert_eq!(code(&out), 0, "{}", String::from_utf8_lossy(&out.stderr));
+    let paths = seen.lock().unwrap().clone();
+    assert!(paths.iter().any(|p| p.starts_with("/a ")), "{paths:?}");
+}
