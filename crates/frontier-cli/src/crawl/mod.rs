@@ -4,17 +4,21 @@
 //! apply to all of them: pages, robots.txt files and redirect hops alike.
 //!
 //! - **Workers**: `concurrent_requests` tasks each take the next ready request from the
-//!   [`Driver`], fetch it with reqwest (redirects are not followed by the client) and
+//!   [`DriverFor`], fetch it with reqwest (redirects are not followed by the client) and
 //!   end the lease with the response's outcome, which feeds backoff.
 //! - **robots.txt**: the first page leased on an origin whose robots.txt is unknown is
 //!   put back (its outcome "cancelled", so no backoff) behind a robots.txt request with
-//!   a higher priority; pages leased while it is in flight wait for it. Disallowed pages
-//!   are dropped, counted and written to `--out` with an error; a `Crawl-delay` goes to
-//!   the throttler. 4xx answers allow everything; after its retries a robots.txt that
-//!   cannot be fetched allows everything too (Scrapy does the same).
+//!   a higher priority; pages leased while it is in flight wait for it (in a fleet, each
+//!   process fetches it itself with a permit of the shared budget). Disallowed pages are
+//!   dropped, counted and written to `--out` with an error; a `Crawl-delay` goes to the
+//!   throttler. RFC 9309: 4xx answers allow everything; 5xx or no answer after the
+//!   retries disallow the origin until robots.txt is fetched again (see `robots`).
+//! - **Throttling answers**: a 429, or a 503 with `Retry-After`, is the site asking us to
+//!   slow down (the outcome already did): the request is requeued without spending a
+//!   retry, up to `max_throttled_retries`.
 //! - **Retries**: 5xx, 429 (by default Scrapy's `RETRY_HTTP_CODES`), timeouts and
 //!   connection errors are retried up to `retry_times` through
-//!   [`Driver::retry`], with `retry_priority_adjust`. Retry counts live in memory: a
+//!   [`DriverFor::retry`], with `retry_priority_adjust`. Retry counts live in memory: a
 //!   resumed crawl starts them again, as Scrapy does.
 //! - **Redirects**: each hop is a new request (same depth, `redirect_priority_adjust`,
 //!   hop count in its `meta`), so dedup and throttling apply; a `Retry-After` on the
@@ -24,7 +28,7 @@
 //!   seeds' hosts and their subdomains), pushed with depth + 1.
 //! - **Nothing lost**: a page's line is written to `--out` before its lease is
 //!   completed, and its links are pushed before that; each completion is committed
-//!   ([`Driver::commit`]) before the worker moves on. So a `kill -9` repeats at most
+//!   ([`DriverFor::commit`]) before the worker moves on. So a `kill -9` repeats at most
 //!   the requests in flight, and a rerun with the same store resumes.
 
 mod links;
