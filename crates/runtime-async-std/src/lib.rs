@@ -70,6 +70,7 @@
 mod clock;
 mod driver;
 mod throttle;
+mod virtual_time;
 
 pub use clock::{Clock, ManualClock};
 pub use driver::{Driver, DriverFor, Leases, LeasesFor};
