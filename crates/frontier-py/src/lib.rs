@@ -640,7 +640,16 @@ impl Core {
         // Scrapy's `download_slot` meta key names the scope when it is not the URL's
         // own host (the downloader sets it to the host name on every request it handles,
         // and retries carry it: those stay on the host scope, port included).
-        let host = host_scope(&url);
+        // The host is parsed here only when it matters (a slot, or no http(s) URL); the
+        // frontier parses it anyway when it queues the request.
+        let needs_host = info.slot.is_some()
+            || fingerprint.is_some()
+            || !(url.starts_with("http://") || url.starts_with("https://"));
+        let host = if needs_host {
+            host_scope(&url)
+        } else {
+            Ok(String::new())
+        };
         if let (Some(slot), None) = (&info.slot, &req.scopes) {
             let same_host = host.as_ref().is_ok_and(|h| {
                 h == slot

@@ -206,6 +206,9 @@ class Scheduler(BaseScheduler):
         self._deferred_ack = False
         self._store_stat = "memory"
         self._autothrottle = settings.getbool("AUTOTHROTTLE_ENABLED")
+        # enqueued, dequeued, filtered since the last sync into the stats collector
+        # (counted here, added in bulk: the collector's calls cost more than a push).
+        self._counts = [0, 0, 0]
 
     @classmethod
     def from_crawler(cls, crawler: Any) -> Scheduler:
@@ -356,11 +359,10 @@ class Scheduler(BaseScheduler):
         except ValueError as e:
             raise ValueError(f"{e} (request {request!r})") from None
         if result >= 0:
-            self.stats.inc_value(f"scheduler/enqueued/{self._store_stat}")
-            self.stats.inc_value("scheduler/enqueued")
+            self._counts[0] += 1
             return True
         if result == _native.DUPLICATE:
-            self.stats.inc_value("dupefilter/filtered")
+            self._counts[2] += 1
             if self._debug_dupes:
                 logger.debug("Filtered duplicate request: %(request)s", {"request": request}, extra={"spider": self.spider})
             elif not self._logged_dupe:
@@ -375,6 +377,8 @@ class Scheduler(BaseScheduler):
     def next_request(self) -> Request | None:
         while True:
             polled = self.core.poll_scrapy()
+            if polled is None or isinstance(polled, float):
+                self._sync_stats()
             if polled is None:
                 # Everything waits for a completion (which wakes the engine), or nothing
                 # is queued; a Redis frontier also looks again after its recheck time.
@@ -397,8 +401,7 @@ class Scheduler(BaseScheduler):
                 self.core.complete(lease_id)
                 continue
             self._leases[id(request)] = (lease_id, request)
-            self.stats.inc_value(f"scheduler/dequeued/{self._store_stat}")
-            self.stats.inc_value("scheduler/dequeued")
+            self._counts[1] += 1
             return request
 
     # -- internals --------------------------------------------------------------------
@@ -496,7 +499,20 @@ class Scheduler(BaseScheduler):
         if key in self._leases and key not in self._outcomes and not self._deferred_ack:
             self._complete(request, None, None, None)
 
+    def _sync_stats(self) -> None:
+        enqueued, dequeued, filtered = self._counts
+        if enqueued:
+            self.stats.inc_value("scheduler/enqueued", enqueued)
+            self.stats.inc_value(f"scheduler/enqueued/{self._store_stat}", enqueued)
+        if dequeued:
+            self.stats.inc_value("scheduler/dequeued", dequeued)
+            self.stats.inc_value(f"scheduler/dequeued/{self._store_stat}", dequeued)
+        if filtered:
+            self.stats.inc_value("dupefilter/filtered", filtered)
+        self._counts = [0, 0, 0]
+
     def _record_stats(self) -> None:
+        self._sync_stats()
         try:
             for name, value in self.core.stats().items():
                 if name.startswith(("scheduler/leased", "scheduler/acked", "scheduler/redelivered", "scheduler/retried")):
