@@ -1,5 +1,4 @@
-//! Hand-written (de)serialisation for the values that accept several shapes, so that
-//! errors say what was expected instead of "did not match any variant".
+//! Hand-written (de)serialisation of the values that accept several shapes, with clear errors.
 
 use core::fmt;
 

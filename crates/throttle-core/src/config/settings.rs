@@ -1,5 +1,4 @@
-//! [`Settings`]: every setting of the throttler and the frontier, with Scrapy's names and
-//! defaults, and the queue orders it selects.
+//! [`Settings`]: every setting of the throttler and the frontier, with Scrapy's names.
 
 use alloc::collections::BTreeMap;
 use alloc::string::{String, ToString};

@@ -1,5 +1,4 @@
-//! Admission: the `try_acquire` variants (by names, with flags, hinted, one scope), `check`,
-//! prefetching, and the all-or-nothing gate over several scopes.
+//! Admission: the `try_acquire` variants, `check`, and the all-or-nothing gate over scopes.
 
 use alloc::vec::Vec;
 

@@ -1,5 +1,4 @@
-//! The programmatic controls: `delay_scope`, robots.txt Crawl-delay, live delay and
-//! concurrency changes, and quota reconciliation.
+//! Programmatic controls: `delay_scope`, Crawl-delay, live delay/concurrency, quota fixes.
 
 use alloc::boxed::Box;
 use alloc::format;

@@ -1,5 +1,4 @@
-//! What outlives an evicted scope state: the hibernation store trait, its in-memory
-//! store, and the side table of live changes and Crawl-delays.
+//! Where evicted scope states go: the hibernation trait, its memory store, the overrides.
 
 use alloc::collections::BTreeMap;
 use alloc::string::String;

@@ -1,5 +1,4 @@
-//! Looking into the throttler: its counters, the held-back warning, per-scope stats,
-//! settings and loads, and snapshots of scope states (and restoring one).
+//! Looking in: counters, the held-back warning, per-scope stats, loads and snapshots.
 
 use alloc::boxed::Box;
 

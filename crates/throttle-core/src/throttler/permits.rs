@@ -1,5 +1,4 @@
-//! The permit slab: slots of outstanding permits, the scope slots each holds, and their
-//! reuse.
+//! The permit slab: outstanding permits, the scope slots each holds, and their reuse.
 
 use alloc::vec::Vec;
 

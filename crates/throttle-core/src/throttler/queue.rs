@@ -1,5 +1,4 @@
-//! Tickets: queueing a request in the FIFO waiters of its scopes, polling and cancelling
-//! it, and the timeouts and wake-ups that tell an adapter whom to wake.
+//! Tickets: FIFO waiters per scope, polling and cancelling them, timeouts and wake-ups.
 
 use crate::time::Timestamp;
 

@@ -1,5 +1,4 @@
-//! The bounded scope map: finding and creating scope states (waking hibernated ones), and
-//! their LRU and idle eviction.
+//! The bounded scope map: finding and creating scope states, and LRU and idle eviction.
 
 use alloc::boxed::Box;
 use core::hash::BuildHasher;

@@ -1,5 +1,4 @@
-//! Unit tests of every rule and number in docs/behaviour.md sections 2 and 3, on a fake clock,
-//! one module per topic; the helpers they share are here.
+//! Unit tests of docs/behaviour.md sections 2 and 3 on a fake clock, by topic; shared helpers.
 
 // Many tests take permits only to keep requests in flight.
 #![allow(unused_must_use, clippy::field_reassign_with_default)]

@@ -1,5 +1,4 @@
-//! Delay and concurrency: the delay counts from the send, limits by scope kind, the
-//! global cap, and jitter.
+//! Delay and concurrency: spacing from the send, limits by scope kind, global cap, jitter.
 
 use super::*;
 
