@@ -1,5 +1,4 @@
-//! The w3lib-compatible URL canonicaliser: scheme tables, splitting, path and query
-//! normalisation, ports and netloc checks.
+//! The w3lib-compatible URL canonicaliser: scheme, netloc, port, path and query rules.
 
 use alloc::borrow::Cow;
 use alloc::string::String;

@@ -1,5 +1,4 @@
-//! The fingerprint itself: SHA-1 over Scrapy's `json.dumps` of body, method and canonical
-//! URL, escaped like Python and fed to SHA-1 in whole blocks.
+//! The fingerprint: SHA-1 over Scrapy's `json.dumps` of body, method and canonical URL.
 
 use alloc::borrow::Cow;
 

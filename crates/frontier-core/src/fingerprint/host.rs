@@ -1,5 +1,4 @@
-//! The host: lower-casing, and IDNA 2003 (Python's `idna` codec: nameprep + punycode)
-//! emulated on the `idna` crate's UTS 46 tables, with the Unicode 3.2 unassigned table.
+//! The host: lower-casing, and IDNA 2003 emulated on UTS 46 tables (with its Unicode 3.2 table).
 
 use alloc::borrow::Cow;
 use alloc::string::String;

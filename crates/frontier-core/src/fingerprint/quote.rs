@@ -1,5 +1,4 @@
-//! Percent-encoding as w3lib and `urllib.parse` do it: the character classes, `quote`,
-//! `quote_plus` and `unquote`.
+//! Percent-encoding as w3lib does it: character classes, `quote`, `quote_plus`, `unquote`.
 
 use super::HEX_UPPER;
 use alloc::vec::Vec;

@@ -1,5 +1,4 @@
-//! The `requests.seen` file that Scrapy's `RFPDupeFilter` writes: one hex fingerprint
-//! per line, read lazily or all at once.
+//! The `requests.seen` reader: Scrapy's `RFPDupeFilter` file, one hex fingerprint a line.
 
 use alloc::vec::Vec;
 use core::fmt;

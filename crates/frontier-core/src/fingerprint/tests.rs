@@ -1,5 +1,4 @@
-//! The fingerprint and canonicaliser against the vectors generated from Scrapy and w3lib,
-//! and the helpers' corner cases.
+//! The fingerprint and canonicaliser against vectors generated from Scrapy and w3lib.
 
 use super::*;
 use std::collections::BTreeMap;

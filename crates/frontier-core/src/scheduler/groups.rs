@@ -1,5 +1,4 @@
-//! Groups: the requests queued for one scope set, the scopes they need, and the groups'
-//! creation (with their scopes interned) and collection.
+//! Groups: requests queued for one scope set, their scopes, creation and collection.
 
 use alloc::boxed::Box;
 use alloc::collections::BinaryHeap;

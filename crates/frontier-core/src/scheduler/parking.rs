@@ -1,5 +1,4 @@
-//! Parking: groups parked on the scope that stops them, each scope's one timer, and the
-//! wake-ups that pass a scope's chance from one parked group to the next.
+//! Parking: groups parked on the scope that stops them, scope timers and wake-ups.
 
 use core::cmp::Reverse;
 

@@ -1,5 +1,4 @@
-//! Queueing and polling: inserting requests, picking the next candidate, acquiring its
-//! scopes, and handing out (and later ending) its lease.
+//! Queueing and polling: insert, pick the next candidate, acquire, hand out, end leases.
 
 use core::cmp::Reverse;
 

@@ -1,5 +1,4 @@
-//! The candidate order: a group's rank packed into one integer, and the tiered queues
-//! that pick the next candidate to serve.
+//! The candidate order: ranks packed into one integer, and the tiered candidate queues.
 
 use alloc::boxed::Box;
 use alloc::collections::{BTreeMap, BTreeSet, VecDeque};
