@@ -1,5 +1,4 @@
-//! Compaction: when garbage dominates, the oldest segment's held records are copied
-//! forward and the segment deleted, a few steps per operation.
+//! Compaction: copying the oldest segment's held records forward when garbage dominates.
 
 use std::cell::OnceCell;
 use std::fs;

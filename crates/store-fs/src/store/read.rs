@@ -1,5 +1,4 @@
-//! Reading: segments by number, handles followed after compaction moved their record,
-//! and records read from the write buffer, a memory map or with `pread`.
+//! Reading: segments by number, handles after compaction, records by map, buffer or pread.
 
 use std::path::Path;
 

@@ -1,5 +1,4 @@
-//! Opening and recovery: the scan that checks every segment and rebuilds the index
-//! (cutting a torn tail), and the replay of the held requests to the frontier.
+//! Opening and recovery: the scan that checks segments and rebuilds the index, and replay.
 
 use std::fs;
 use std::sync::Arc;

@@ -1,5 +1,4 @@
-//! Writing: the wrapper that fails the store on a write error, appends to the active
-//! segment, commits and fsyncs, segment rolls, and group interning.
+//! Writing: appends to the active segment, commits and fsyncs, segment rolls, group ids.
 
 use std::cell::OnceCell;
 use std::fs::OpenOptions;
