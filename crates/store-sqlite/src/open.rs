@@ -1,5 +1,4 @@
-//! Opening: the lock file that keeps a second frontier off the database, and preparing
-//! the database (created, migrated or verified).
+//! Opening: the lock file against a second frontier, and preparing the database.
 
 use std::path::{Path, PathBuf};
 

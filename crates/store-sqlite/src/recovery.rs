@@ -1,5 +1,4 @@
-//! Reading back: acknowledged and leased sequence numbers, callbacks, scope states,
-//! the seen set and the queued requests.
+//! Reading back: sequence marks, callbacks, scope states, the seen set and queued requests.
 
 use std::collections::HashMap;
 

@@ -1,5 +1,4 @@
-//! Writing: transactions and commits (with the sequence marks), compaction, group ids,
-//! and the checks of sequence numbers.
+//! Writing: transactions, commits with sequence marks, compaction, group ids, seq checks.
 
 use std::time::Instant;
 
