@@ -1,6 +1,4 @@
-//! Virtual time: the manual timeline, the executor that advances it whenever the code
-//! under test is idle ([`ManualClock::block_on`]), its sleeps, and the count of blocking
-//! calls that holds time still.
+//! Virtual time: the manual timeline and the executor that advances it when idle.
 
 use std::collections::BTreeMap;
 use std::future::Future;
