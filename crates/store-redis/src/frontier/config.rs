@@ -1,5 +1,4 @@
-//! Configuration of a Redis frontier: [`RedisConfig`], how the server-side code is
-//! installed ([`ScriptMode`]) and where time comes from ([`TimeSource`]).
+//! Configuration: [`RedisConfig`], [`ScriptMode`] and [`TimeSource`].
 
 use std::time::Duration;
 

@@ -1,5 +1,4 @@
-//! Standalone permits (requests sent without the queue) and the programmatic scope
-//! controls: `delay_scope`, live delay and concurrency, quota reconciliation, Crawl-delay.
+//! Standalone permits and the programmatic scope controls, run by the script.
 
 use polite_frontier_core::FrontierError;
 use polite_throttle_core::{

@@ -1,5 +1,4 @@
-//! Looking in: one scope's throttling state, the crawl's counters, and this handle's
-//! leases and next timeout.
+//! Looking in: a scope's throttling state, the crawl's counters, this handle's leases.
 
 use polite_frontier_core::FrontierStats;
 use polite_throttle_core::Timestamp;

@@ -1,5 +1,4 @@
-//! Polling and completing: leases handed out (one or a batch), peeking, and outcomes,
-//! retries and lease extensions sent back.
+//! Polling and completing: leases out (one or a batch), peeking, outcomes and retries back.
 
 use std::sync::Arc;
 

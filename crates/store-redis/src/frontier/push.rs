@@ -1,5 +1,4 @@
-//! Pushing: requests encoded with their group keys and callbacks, the duplicate filter's
-//! shape, and pipelined batches.
+//! Pushing: requests encoded with group keys and callbacks, dedup shape, pipelined batches.
 
 use std::sync::Arc;
 

@@ -1,5 +1,4 @@
-//! The server-side code: the Lua script installed as a function library or a script,
-//! reinstalled when the server lost it, and called with the caller's or the server's time.
+//! The server-side code: installing the Lua script (again when lost) and calling it.
 
 use std::sync::Arc;
 use std::time::Duration;
