@@ -31,9 +31,13 @@
 //!   ([`DriverFor::commit`]) before the worker moves on. So a `kill -9` repeats at most
 //!   the requests in flight, and a rerun with the same store resumes.
 
+mod backend;
+mod discovery;
+mod fetch;
 mod links;
 mod output;
 pub mod page;
+mod prometheus;
 mod robots;
 pub mod sitemap;
 pub mod warc;
@@ -58,8 +62,12 @@ use serde::Serialize;
 use tokio::sync::watch;
 use url::Url;
 
+pub use backend::redis_target;
+use backend::{CrawlFrontier, Live, Side, run_local, run_redis, side_call};
+use fetch::{Fetched, client, is_html, response_outcome, sha256_hex};
 pub use links::{allowed_domain, extract_links};
 pub use output::{OutFile, PageLine};
+use prometheus::describe_metrics;
 pub use robots::{Rules, parse as parse_robots};
 
 use crate::config::{Config, CrawlSettings};
@@ -253,139 +261,6 @@ pub async fn crawl(options: CrawlOptions, stopper: Stopper) -> anyhow::Result<Cr
     }
 }
 
-/// `redis://HOST:PORT/CRAWL` (or `rediss://` for TLS): the server's URL and the crawl's
-/// name; `None` for a file store. A user name and password in the URL are kept.
-pub fn redis_target(store: &std::path::Path) -> anyhow::Result<Option<(String, String)>> {
-    let Some(text) = store.to_str() else {
-        return Ok(None);
-    };
-    if !(text.starts_with("redis://") || text.starts_with("rediss://")) {
-        return Ok(None);
-    }
-    let url =
-        Url::parse(text).map_err(|e| crate::UsageError::new(format!("--store {text:?}: {e}")))?;
-    let name = url.path().trim_matches('/').to_string();
-    if name.is_empty() || name.contains('/') {
-        return Err(crate::UsageError::new(format!(
-            "--store {text:?}: name the crawl after the address, as in redis://HOST:PORT/CRAWL"
-        ))
-        .into());
-    }
-    let mut server = url.clone();
-    server.set_path("/");
-    Ok(Some((server.to_string(), name)))
-}
-
-/// What the crawl reads of its frontier beyond [`Scheduling`]: queue length and live
-/// scope states. `None` when the frontier cannot answer from `&self` (Redis: the crawl
-/// asks through a connection of its own instead).
-pub(crate) trait CrawlFrontier: Scheduling + Send + 'static {
-    /// Requests left (queued or leased).
-    fn left(&self) -> Option<u64>;
-    /// The live state of each named scope.
-    fn live(&self, names: &[String]) -> Option<Vec<Option<Live>>>;
-}
-
-/// A scope's live state, for the progress display.
-#[derive(Clone, Copy, Debug, Default)]
-pub(crate) struct Live {
-    delay: f64,
-    concurrency: u32,
-    level: u32,
-    active: u32,
-}
-
-impl<S: Store + Send + 'static> CrawlFrontier for Frontier<S>
-where
-    S::Handle: Send,
-{
-    fn left(&self) -> Option<u64> {
-        Some(self.len() as u64)
-    }
-
-    fn live(&self, names: &[String]) -> Option<Vec<Option<Live>>> {
-        let scopes: HashMap<&str, _> = self.throttler().scopes().collect();
-        Some(
-            names
-                .iter()
-                .map(|n| {
-                    scopes.get(n.as_str()).map(|s| Live {
-                        delay: s.delay,
-                        concurrency: s.concurrency,
-                        level: s.level,
-                        active: s.active,
-                    })
-                })
-                .collect(),
-        )
-    }
-}
-
-impl CrawlFrontier for RedisFrontier {
-    fn left(&self) -> Option<u64> {
-        None
-    }
-
-    fn live(&self, _names: &[String]) -> Option<Vec<Option<Live>>> {
-        None
-    }
-}
-
-/// A second connection to a Redis crawl, for what needs `&mut` access off the driver:
-/// live stats, and permits for robots.txt fetches (so they keep the fleet's spacing).
-type Side = Arc<Mutex<RedisFrontier>>;
-
-async fn side_call<T: Send + 'static>(
-    side: &Side,
-    f: impl FnOnce(&mut RedisFrontier) -> T + Send + 'static,
-) -> anyhow::Result<T> {
-    let side = side.clone();
-    tokio::task::spawn_blocking(move || f(&mut lock(&side)))
-        .await
-        .map_err(|e| anyhow::anyhow!("a Redis call failed: {e}"))
-}
-
-async fn run_redis(
-    url: &str,
-    name: &str,
-    options: CrawlOptions,
-    stopper: Stopper,
-) -> anyhow::Result<CrawlSummary> {
-    let config = RedisConfig::default()
-        .time(TimeSource::Server)
-        .lease_timeout(Duration::from_secs_f64(options.config.crawl.lease_timeout));
-    let open = |what: &str| {
-        RedisFrontier::open(url, name, options.config.settings.clone(), config.clone())
-            .map_err(|e| anyhow::anyhow!("{what} {url} (crawl {name:?}): {e}"))
-    };
-    let frontier = open("cannot open the crawl on")?;
-    let mut side = open("cannot open a second connection to")?;
-    let resumed_with = side.info().map(|i| i.queued + i.delayed).unwrap_or(0);
-    let side = Arc::new(Mutex::new(side));
-    run(frontier, resumed_with, Some(side), options, stopper).await
-}
-
-async fn run_local<S>(
-    store: S,
-    options: CrawlOptions,
-    stopper: Stopper,
-) -> anyhow::Result<CrawlSummary>
-where
-    S: Store + Send + 'static,
-    S::Handle: Send,
-    S::Error: std::error::Error + Send + Sync + 'static,
-{
-    let frontier = Frontier::open(
-        options.config.settings.clone(),
-        FrontierConfig::default(),
-        store,
-        Clock::wall().now(),
-    )
-    .map_err(|e| anyhow::anyhow!("{}: {e}", options.store.display()))?;
-    let resumed_with = frontier.len() as u64;
-    run(frontier, resumed_with, None, options, stopper).await
-}
-
 /// The shared state of one crawl's workers.
 struct Ctx<B: CrawlFrontier> {
     driver: DriverFor<B>,
@@ -577,100 +452,8 @@ where
     })
 }
 
-/// Help texts of the Prometheus metrics (`--metrics`).
-fn describe_metrics() {
-    metrics::describe_counter!(
-        "frontier_requests_sent_total",
-        "HTTP requests sent (every attempt, robots.txt and sitemaps included)"
-    );
-    metrics::describe_counter!(
-        "frontier_responses_total",
-        "Responses received, by status class"
-    );
-    metrics::describe_counter!("frontier_rate_limited_total", "Responses with status 429");
-    metrics::describe_counter!(
-        "frontier_transport_errors_total",
-        "Requests that got no response, by error kind"
-    );
-    metrics::describe_counter!(
-        "frontier_retries_total",
-        "Requests put back: after a failure (retry_times) or a throttling answer"
-    );
-    metrics::describe_gauge!("frontier_queue_length", "Requests left in the frontier");
-    metrics::describe_gauge!("frontier_in_flight", "Requests in flight");
-    metrics::describe_gauge!("frontier_pages_total", "Pages finished in this run");
-    metrics::describe_gauge!(
-        "frontier_scope_delay_seconds",
-        "Current delay between sends of a scope (the busiest 100)"
-    );
-    metrics::describe_gauge!(
-        "frontier_scope_backoff_level",
-        "Backoff level of a scope (the busiest 100)"
-    );
-}
-
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn client(crawl: &CrawlSettings, options: &CrawlOptions) -> anyhow::Result<reqwest::Client> {
-    let mut headers = reqwest::header::HeaderMap::new();
-    for (name, value) in &options.headers {
-        let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
-            .map_err(|e| crate::UsageError::new(format!("header {name:?}: {e}")))?;
-        let value = reqwest::header::HeaderValue::from_str(value)
-            .map_err(|e| crate::UsageError::new(format!("header {name}: {e}")))?;
-        headers.append(name, value);
-    }
-    let mut builder = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(Duration::from_secs_f64(crawl.download_timeout))
-        .connect_timeout(Duration::from_secs_f64(crawl.download_timeout.min(30.0)))
-        .user_agent(&crawl.user_agent)
-        .default_headers(headers)
-        .cookie_store(options.cookies)
-        .pool_max_idle_per_host(16);
-    if options.warc.is_some() {
-        // The archive keeps the bytes as the server sent them: ask for no compression.
-        builder = builder.no_gzip().no_brotli();
-    }
-    if let Some(proxy) = &options.proxy {
-        let proxy = reqwest::Proxy::all(proxy)
-            .map_err(|e| crate::UsageError::new(format!("--proxy {proxy:?}: {e}")))?;
-        builder = builder.proxy(proxy);
-    }
-    for (host, addr) in &options.resolve {
-        builder = builder.resolve(host, *addr);
-    }
-    builder
-        .build()
-        .map_err(|e| anyhow::anyhow!("cannot build the HTTP client: {e}"))
-}
-
-/// The error kind a failed exchange reports to backoff.
-fn error_kind(e: &reqwest::Error) -> &'static str {
-    if e.is_timeout() {
-        "timeout"
-    } else if e.is_body() || e.is_decode() {
-        "data_loss"
-    } else {
-        "connection"
-    }
-}
-
-/// An error with its causes, on one line.
-fn describe(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let s_text = s.to_string();
-        if !text.contains(&s_text) {
-            text.push_str(": ");
-            text.push_str(&s_text);
-        }
-        source = s.source();
-    }
-    text
 }
 
 /// The redirect hops a request already made, from its `meta`.
@@ -680,51 +463,12 @@ fn hops(request: &Request) -> u32 {
         .unwrap_or(0)
 }
 
-/// How one exchange ended.
-enum Fetched {
-    Response {
-        status: u16,
-        headers: Vec<(String, Vec<u8>)>,
-        body: Vec<u8>,
-        content_type: Option<String>,
-        /// The body was cut at `download_maxsize`.
-        truncated: bool,
-        /// From sending the request to the body's end.
-        elapsed: Duration,
-        /// The server's address.
-        ip: Option<std::net::IpAddr>,
-        /// `HTTP/1.1`, `HTTP/2.0`, ...
-        version: &'static str,
-    },
-    Failed {
-        kind: &'static str,
-        message: String,
-    },
-}
-
 impl<B> Ctx<B>
 where
     B: CrawlFrontier,
     B::StoreError: std::error::Error + Send + Sync + 'static,
     B::Closed: Send + 'static,
 {
-    /// The gauges: queue length, requests in flight, and delay and backoff level of the
-    /// busiest scopes (at most 100, to bound the series a broad crawl creates).
-    async fn publish_gauges(&self, rows: &[ScopeRow]) {
-        metrics::gauge!("frontier_queue_length").set(self.left().await as f64);
-        metrics::gauge!("frontier_in_flight")
-            .set(rows.iter().map(|r| f64::from(r.active)).sum::<f64>());
-        metrics::gauge!("frontier_pages_total").set(self.pages.load(Ordering::Relaxed) as f64);
-        let (shown, _) = crate::progress::busiest(rows, 100);
-        for row in shown {
-            let scope = row.scope.clone();
-            metrics::gauge!("frontier_scope_delay_seconds", "scope" => scope.clone())
-                .set(row.delay);
-            metrics::gauge!("frontier_scope_backoff_level", "scope" => scope)
-                .set(f64::from(row.level));
-        }
-    }
-
     /// Requests left in the frontier.
     async fn left(&self) -> u64 {
         match &self.side {
@@ -843,86 +587,6 @@ where
         }
     }
 
-    async fn fetch(&self, url: &str) -> Fetched {
-        let started = Instant::now();
-        metrics::counter!("frontier_requests_sent_total").increment(1);
-        let response = match self.client.get(url).send().await {
-            Ok(r) => {
-                let class = match r.status().as_u16() {
-                    100..=199 => "1xx",
-                    200..=299 => "2xx",
-                    300..=399 => "3xx",
-                    400..=499 => "4xx",
-                    _ => "5xx",
-                };
-                metrics::counter!("frontier_responses_total", "class" => class).increment(1);
-                if r.status() == 429 {
-                    metrics::counter!("frontier_rate_limited_total").increment(1);
-                }
-                r
-            }
-            Err(e) => {
-                metrics::counter!("frontier_transport_errors_total", "kind" => error_kind(&e))
-                    .increment(1);
-                return Fetched::Failed {
-                    kind: error_kind(&e),
-                    message: describe(&e),
-                };
-            }
-        };
-        let status = response.status().as_u16();
-        let headers: Vec<(String, Vec<u8>)> = response
-            .headers()
-            .iter()
-            .map(|(k, v)| (k.as_str().to_string(), v.as_bytes().to_vec()))
-            .collect();
-        let content_type = response
-            .headers()
-            .get(reqwest::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_string);
-        let ip = response.remote_addr().map(|a| a.ip());
-        let version = match response.version() {
-            reqwest::Version::HTTP_09 => "HTTP/0.9",
-            reqwest::Version::HTTP_10 => "HTTP/1.0",
-            reqwest::Version::HTTP_2 => "HTTP/2.0",
-            reqwest::Version::HTTP_3 => "HTTP/3.0",
-            _ => "HTTP/1.1",
-        };
-        let mut response = response;
-        let mut body = Vec::new();
-        let mut truncated = false;
-        loop {
-            match response.chunk().await {
-                Ok(Some(chunk)) => {
-                    let room = (self.crawl.download_maxsize as usize).saturating_sub(body.len());
-                    body.extend_from_slice(&chunk[..chunk.len().min(room)]);
-                    if chunk.len() > room {
-                        truncated = true;
-                        break;
-                    }
-                }
-                Ok(None) => break,
-                Err(e) => {
-                    return Fetched::Failed {
-                        kind: error_kind(&e),
-                        message: describe(&e),
-                    };
-                }
-            }
-        }
-        Fetched::Response {
-            status,
-            headers,
-            body,
-            content_type,
-            truncated,
-            elapsed: started.elapsed(),
-            ip,
-            version,
-        }
-    }
-
     /// Retries `lease` if its URL has retries left; `true` if it did.
     async fn maybe_retry(&self, lease: &Lease, outcome: Outcome<'static>) -> anyhow::Result<bool> {
         let url = &lease.request.url;
@@ -990,187 +654,6 @@ where
     fn retries_of(&self, url: &str) -> u32 {
         lock(&self.throttled).remove(url);
         lock(&self.retries).remove(url).unwrap_or(0)
-    }
-
-    /// Fetches `url`'s robots.txt in this worker (fleet mode), each attempt with a
-    /// permit of the fleet's budget on its host, retried like a queued robots.txt
-    /// request; records and returns the rules (`None` if the crawl was stopped first).
-    async fn robots_inline(&self, url: &Url) -> anyhow::Result<Option<robots::Rules>> {
-        let Some(side) = &self.side else {
-            return Ok(None);
-        };
-        let origin = robots::origin(url);
-        let robots_url = robots::robots_url(url);
-        let scope = host_scope(&robots_url).map_err(|e| anyhow::anyhow!("{robots_url}: {e}"))?;
-        let (mut retries, mut throttled) = (0, 0);
-        let lifetime = Duration::from_secs_f64(self.crawl.robotstxt_cache_lifetime);
-        let unreachable = Duration::from_secs_f64(self.crawl.robotstxt_unreachable_retry);
-        let (rules, lifetime) = loop {
-            // A permit: the same spacing as every page of this host, fleet-wide.
-            let permit = loop {
-                if self.stopper.is_stopped() {
-                    self.robots
-                        .set(&origin, robots::Rules::DisallowAll, Duration::ZERO);
-                    return Ok(None);
-                }
-                let (s, now) = (scope.clone(), self.driver.now());
-                let got = side_call(side, move |f| {
-                    f.try_acquire(&[polite_throttle_core::ScopeUse::new(&s)], now)
-                })
-                .await??;
-                match got {
-                    Ok(permit) => break permit,
-                    Err(polite_throttle_core::NotReady::NotUntil(t)) => {
-                        let wait = t.saturating_duration_since(self.driver.now());
-                        tokio::time::sleep(wait.min(Duration::from_secs(5))).await;
-                    }
-                    Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-                }
-            };
-            let fetched = self.fetch_following(url, &robots_url).await;
-            let outcome = match &fetched {
-                Fetched::Failed { kind, .. } => Outcome::error(kind),
-                Fetched::Response {
-                    status, headers, ..
-                } => response_outcome(*status, headers),
-            };
-            let now = self.driver.now();
-            side_call(side, move |f| f.release(permit, &outcome, now)).await??;
-            let (status, body) = match fetched {
-                Fetched::Failed { .. } => (None, Vec::new()),
-                Fetched::Response { status, body, .. } => (Some(status), body),
-            };
-            let throttling = matches!(status, Some(429))
-                || (status == Some(503)
-                    && matches!(
-                        outcome,
-                        Outcome::Response {
-                            header_delay: Some(_),
-                            ..
-                        }
-                    ));
-            if throttling && throttled < self.crawl.max_throttled_retries {
-                throttled += 1;
-                continue;
-            }
-            if matches!(status, None | Some(429) | Some(500..)) && retries < self.crawl.retry_times
-            {
-                retries += 1;
-                continue;
-            }
-            break match status {
-                Some(200..=299) => (robots::parse(&self.crawl.user_agent, &body), lifetime),
-                None | Some(429) | Some(500..) => (robots::Rules::DisallowAll, unreachable),
-                Some(_) => (robots::Rules::AllowAll, lifetime),
-            };
-        };
-        if matches!(rules, robots::Rules::DisallowAll) {
-            tracing::warn!(robots = %robots_url, "robots.txt unreachable: its origin is disallowed until it is fetched again");
-        }
-        if let Some(delay) = rules.crawl_delay() {
-            self.driver.handle_crawl_delay(scope, delay).await?;
-        }
-        self.push_listed_sitemaps(&rules).await?;
-        self.robots.set(&origin, rules.clone(), lifetime);
-        Ok(Some(rules))
-    }
-
-    /// Fetches `target` following up to 5 redirects at once (robots.txt's rule).
-    async fn fetch_following(&self, base: &Url, target: &str) -> Fetched {
-        let mut fetched = self.fetch(target).await;
-        self.count(target, |s| s.fetches += 1);
-        let mut hops = 0;
-        while let Fetched::Response {
-            status: 300..=399,
-            headers,
-            ..
-        } = &fetched
-        {
-            let next = headers
-                .iter()
-                .find(|(k, _)| k == "location")
-                .and_then(|(_, v)| std::str::from_utf8(v).ok())
-                .and_then(|loc| base.join(loc.trim()).ok())
-                .filter(|t| matches!(t.scheme(), "http" | "https"));
-            let Some(next) = next.filter(|_| hops < 5) else {
-                break;
-            };
-            hops += 1;
-            fetched = self.fetch(next.as_str()).await;
-            self.count(target, |s| s.fetches += 1);
-        }
-        fetched
-    }
-
-    async fn robots_txt(&self, lease: Lease) -> Res {
-        let url_text = lease.request.url.to_string();
-        let Ok(url) = Url::parse(&url_text) else {
-            self.driver.complete(lease.id(), Outcome::Cancelled).await?;
-            return Ok(());
-        };
-        let origin = robots::origin(&url);
-        if self.robots.is_ready(&origin) {
-            // A second copy (queued before a restart): already known.
-            self.driver.complete(lease.id(), Outcome::Cancelled).await?;
-            return Ok(self.driver.commit().await?);
-        }
-        // Redirects of robots.txt are followed at once, up to 5 hops (RFC 9309 2.3.1.2).
-        let fetched = self.fetch_following(&url, &url_text).await;
-        let lifetime = Duration::from_secs_f64(self.crawl.robotstxt_cache_lifetime);
-        let unreachable = Duration::from_secs_f64(self.crawl.robotstxt_unreachable_retry);
-        let (outcome, rules, lifetime) = match fetched {
-            Fetched::Failed { kind, .. } => {
-                let outcome = Outcome::error(kind);
-                if self.maybe_retry(&lease, outcome).await? {
-                    return Ok(());
-                }
-                (outcome, robots::Rules::DisallowAll, unreachable)
-            }
-            Fetched::Response {
-                status,
-                headers,
-                body,
-                ..
-            } => {
-                let outcome = response_outcome(status, &headers);
-                self.count(&url_text, |s| {
-                    s.bytes += body.len() as u64;
-                    s.rate_limited += u64::from(status == 429);
-                });
-                if self
-                    .maybe_requeue_throttled(&lease, status, outcome)
-                    .await?
-                    || ((status == 429 || status >= 500)
-                        && self.maybe_retry(&lease, outcome).await?)
-                {
-                    return Ok(());
-                }
-                match status {
-                    200..=299 => (
-                        outcome,
-                        robots::parse(&self.crawl.user_agent, &body),
-                        lifetime,
-                    ),
-                    // Unreachable (and a 429 that would not stop): disallow all for now.
-                    429 | 500.. => (outcome, robots::Rules::DisallowAll, unreachable),
-                    // Unavailable (4xx), or a redirect loop: allow all.
-                    _ => (outcome, robots::Rules::AllowAll, lifetime),
-                }
-            }
-        };
-        if matches!(rules, robots::Rules::DisallowAll) {
-            tracing::warn!(robots = %url_text, retry_in = unreachable.as_secs_f64(), "robots.txt unreachable: its origin is disallowed until it is fetched again");
-        }
-        self.retries_of(&url_text);
-        if let Some(delay) = rules.crawl_delay()
-            && let Ok(scope) = host_scope(&url_text)
-        {
-            self.driver.handle_crawl_delay(scope, delay).await?;
-        }
-        self.push_listed_sitemaps(&rules).await?;
-        self.robots.set(&origin, rules, lifetime);
-        self.driver.complete(lease.id(), outcome).await?;
-        Ok(self.driver.commit().await?)
     }
 
     async fn page(&self, lease: Lease) -> Res {
@@ -1453,101 +936,6 @@ where
         h
     }
 
-    /// Queues the sitemaps robots.txt lists, within the allowed domains.
-    async fn push_listed_sitemaps(&self, rules: &robots::Rules) -> Res {
-        for sitemap in rules.sitemaps() {
-            let host_ok = Url::parse(&sitemap).ok().is_some_and(|u| {
-                matches!(u.scheme(), "http" | "https")
-                    && allowed_domain(&self.allow, u.host_str().unwrap_or_default())
-            });
-            if host_ok {
-                self.push_sitemap(&sitemap).await?;
-            }
-        }
-        Ok(())
-    }
-
-    /// Queues a sitemap (deduplicated like any request).
-    async fn push_sitemap(&self, url: &str) -> Res {
-        let request = Request::get(url)
-            .callback(SITEMAP)
-            .priority(SITEMAP_PRIORITY)
-            .start();
-        if let PushOutcome::Queued(_) = self.driver.push(request).await? {
-            self.count(url, |s| s.queued += 1);
-        }
-        Ok(())
-    }
-
-    /// A sitemap: its pages join the crawl as start requests (within the allowed
-    /// domains and patterns), its child sitemaps are queued.
-    async fn sitemap(&self, lease: Lease) -> Res {
-        let url_text = lease.request.url.to_string();
-        let fetched = self.fetch(&url_text).await;
-        self.count(&url_text, |s| s.fetches += 1);
-        let (outcome, body) = match fetched {
-            Fetched::Failed { kind, .. } => {
-                let outcome = Outcome::error(kind);
-                if self.maybe_retry(&lease, outcome).await? {
-                    return Ok(());
-                }
-                (outcome, None)
-            }
-            Fetched::Response {
-                status,
-                headers,
-                body,
-                ..
-            } => {
-                let outcome = response_outcome(status, &headers);
-                self.count(&url_text, |s| s.bytes += body.len() as u64);
-                if self
-                    .maybe_requeue_throttled(&lease, status, outcome)
-                    .await?
-                    || (self.crawl.retry_http_codes.contains(&status)
-                        && self.maybe_retry(&lease, outcome).await?)
-                {
-                    return Ok(());
-                }
-                (outcome, (200..300).contains(&status).then_some(body))
-            }
-        };
-        self.retries_of(&url_text);
-        match body.map(|b| sitemap::parse_sitemap(&b)) {
-            Some(Ok(map)) => {
-                if map.truncated {
-                    tracing::warn!(sitemap = %url_text, "sitemap over 50,000 URLs: the rest is ignored");
-                }
-                match map.kind {
-                    sitemap::SitemapKind::Index => {
-                        for child in map.urls {
-                            self.push_sitemap(child.as_str()).await?;
-                        }
-                    }
-                    _ => {
-                        let pages: Vec<Request> = map
-                            .urls
-                            .iter()
-                            .filter(|u| self.wanted(u.as_str()))
-                            .map(|u| Request::get(u.as_str()).callback(PAGE).start())
-                            .collect();
-                        let urls: Vec<Box<str>> = pages.iter().map(|r| r.url.clone()).collect();
-                        let outcomes = self.driver.push_all(pages).await?;
-                        for (u, o) in urls.iter().zip(outcomes) {
-                            if let PushOutcome::Queued(_) = o {
-                                self.count(u, |s| s.queued += 1);
-                            }
-                        }
-                    }
-                }
-            }
-            Some(Err(e)) => tracing::warn!(sitemap = %url_text, error = %e, "sitemap not read"),
-            None => tracing::warn!(sitemap = %url_text, "sitemap could not be fetched"),
-        }
-        self.driver.complete(lease.id(), outcome).await?;
-        Ok(self.driver.commit().await?)
-    }
-
     fn finish(
         &self,
         lease: &Lease,
@@ -1597,14 +985,6 @@ struct PageInfo {
     truncated: bool,
 }
 
-fn sha256_hex(body: &[u8]) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(body)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
 /// A `key=value` line of a request's `meta` (the crawler's own: `redirects=N`,
 /// `referer=URL`).
 fn meta_value(request: &Request, key: &str) -> Option<String> {
@@ -1612,26 +992,4 @@ fn meta_value(request: &Request, key: &str) -> Option<String> {
     meta.lines()
         .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
         .map(str::to_string)
-}
-
-fn response_outcome(status: u16, headers: &[(String, Vec<u8>)]) -> Outcome<'static> {
-    Outcome::response(
-        status,
-        headers.iter().map(|(k, v)| (k.as_bytes(), v.as_slice())),
-        Some(unix_now()),
-    )
-}
-
-fn is_html(content_type: Option<&str>, body: &[u8]) -> bool {
-    match content_type {
-        Some(ct) => {
-            let ct = ct.to_ascii_lowercase();
-            ct.starts_with("text/html") || ct.starts_with("application/xhtml")
-        }
-        None => {
-            let head = &body[..body.len().min(512)];
-            let head = String::from_utf8_lossy(head).to_ascii_lowercase();
-            head.contains("<html") || head.contains("<!doctype html")
-        }
-    }
 }
