@@ -68,13 +68,15 @@
 //! | `sqlite` | `sqlite` | the default persistent store: one SQLite file |
 //! | `fs` | `fs` | a crash-safe store in a directory of checksummed log segments, bounded memory |
 //! | `redis` | `redis` | one queue, duplicate filter and politeness budget shared by many processes |
+//! | `tower`, `reqwest`, `reqwest-middleware`, `psl` | `tower` | a tower layer (and reqwest middleware) that throttles any HTTP client |
 //! | `serde` | | `Settings` and scope configurations from TOML or JSON |
 //! | `tracing` | | events for throttling decisions, dropped requests and redeliveries |
 //! | `std` (default) | | without it, the cores only, `no_std` + `alloc` |
 //!
-//! An API client that needs politeness but no queue uses the throttler alone:
-//! [`Throttler`] with a clock of its own, or `tokio::Throttle` (see
-//! `examples/api_client.rs`).
+//! An API client that needs politeness but no queue puts the `tower` module's
+//! `ThrottleLayer` around its HTTP client (feature `reqwest` or `tower`; see
+//! `examples/http_api_client.rs`), or uses `tokio::Throttle`, or [`Throttler`] with a
+//! clock of its own.
 #![cfg_attr(not(feature = "std"), no_std)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 

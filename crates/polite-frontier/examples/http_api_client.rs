@@ -3,7 +3,7 @@
 //! served across tasks; 429s and 503s slow it down, Retry-After and RateLimit headers
 //! are obeyed, and throttling answers are sent again after the wait the API asked for.
 //!
-//!     cargo run -p polite-frontier --features reqwest --example api_client -- http://127.0.0.1:8000/
+//!     cargo run -p polite-frontier --features reqwest --example http_api_client -- http://127.0.0.1:8000/
 #![allow(clippy::print_stdout)] // examples print what they do
 use polite_frontier::tokio::{Clock, Throttle};
 use polite_frontier::tower::{RetryThrottled, ScopeKey, ThrottleLayer};
