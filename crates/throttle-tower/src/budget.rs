@@ -48,11 +48,14 @@ impl<R: Runtime> Budget<R> {
 
 impl<R: Runtime> Held<R> {
     /// Releases the permit with how the request ended.
-    pub(crate) fn finish(self, outcome: &Outcome<'static>) {
+    /// Releases the permit with how the request ended. A shared permit's release reaches
+    /// Redis before this returns, so a request made once the response is out sees the
+    /// outcome (a 429's hold, say) in every process.
+    pub(crate) async fn finish(self, outcome: &Outcome<'static>) {
         match self {
             Held::Local(p) => p.finish(outcome),
             #[cfg(feature = "redis")]
-            Held::Shared(p) => p.finish(*outcome),
+            Held::Shared(p) => p.finish(*outcome).await,
         }
         tracing::debug!(?outcome, "request finished");
     }

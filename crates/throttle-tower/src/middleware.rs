@@ -88,7 +88,7 @@ impl<R: Runtime> Middleware for ThrottleMiddleware<R> {
                     Err(reqwest_middleware::Error::Reqwest(e)) => error_outcome(e),
                     Err(reqwest_middleware::Error::Middleware(e)) => error_outcome(e.as_ref()),
                 };
-                permit.finish(&outcome);
+                permit.finish(&outcome).await;
                 result
             }
             .instrument(request_span(&scope))

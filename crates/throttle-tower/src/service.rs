@@ -164,7 +164,7 @@ where
             async move {
                 let permit = shared.budget.acquire(&scope).await?;
                 let result = inner.call(req).await.map_err(Into::into);
-                permit.finish(&outcome_of(&result));
+                permit.finish(&outcome_of(&result)).await;
                 result
             }
             .instrument(span)

@@ -141,8 +141,8 @@ impl<R: Runtime> SharedBudget<R> {
     }
 }
 
-/// A permit of a [`SharedBudget`]: released (in the background) with the request's
-/// outcome, or without one when dropped.
+/// A permit of a [`SharedBudget`]: released with the request's outcome, or in the
+/// background without one when dropped.
 pub struct SharedPermit<R: Runtime> {
     budget: SharedBudget<R>,
     permit: Option<RedisPermit>,
@@ -157,9 +157,26 @@ impl<R: Runtime> std::fmt::Debug for SharedPermit<R> {
 }
 
 impl<R: Runtime> SharedPermit<R> {
-    /// Releases the permit with how the request ended.
-    pub(crate) fn finish(mut self, outcome: Outcome<'static>) {
-        self.release(outcome);
+    /// Releases the permit with how the request ended, and waits until Redis has it.
+    pub(crate) async fn finish(mut self, outcome: Outcome<'static>) {
+        let Some(permit) = self.permit.take() else {
+            return;
+        };
+        let inner = self.budget.inner.clone();
+        let job_inner = inner.clone();
+        let done = inner
+            .clock
+            .unblock(Box::new(move || {
+                let now = job_inner.clock.now();
+                if let Err(e) = job_inner.frontier().release(permit, &outcome, now) {
+                    tracing::warn!(error = %e, "shared budget: a permit could not be released (it expires after lease_timeout)");
+                }
+                job_inner.released.notify(usize::MAX);
+            }))
+            .await;
+        if let Err(e) = done {
+            tracing::warn!(error = %e, "shared budget: the release did not run");
+        }
     }
 
     fn release(&mut self, outcome: Outcome<'static>) {
