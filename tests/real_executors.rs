@@ -24,8 +24,9 @@ fn requests() -> Vec<Request> {
         .collect()
 }
 
-/// Every URL once, and per host sends at least DELAY apart (a millisecond of slack for
-/// the clock reads).
+/// Every URL once, and per host sends at least DELAY apart (10 ms of slack: a send is
+/// stamped when its task runs again, which a busy machine can delay for one task and not
+/// the next).
 fn check(sends: &[(String, Instant)]) {
     assert_eq!(sends.len(), 24);
     let mut by_host: HashMap<String, Vec<Instant>> = HashMap::new();
@@ -42,7 +43,7 @@ fn check(sends: &[(String, Instant)]) {
         for w in times.windows(2) {
             let gap = w[1] - w[0];
             assert!(
-                gap >= Duration::from_secs_f64(DELAY) - Duration::from_millis(1),
+                gap >= Duration::from_secs_f64(DELAY) - Duration::from_millis(10),
                 "{host}: {gap:?}"
             );
         }
@@ -100,7 +101,7 @@ async fn async_io_crawl(
             done_tx.send(()).await.unwrap();
         }));
         // Let task i ask before task i + 1.
-        async_io::Timer::after(Duration::from_millis(2)).await;
+        async_io::Timer::after(Duration::from_millis(20)).await;
     }
     for _ in 0..6 {
         done_rx.recv().await.unwrap();
@@ -111,7 +112,7 @@ async fn async_io_crawl(
         [0, 1, 2, 3, 4, 5]
     );
     for w in order.windows(2) {
-        assert!(w[1].1 - w[0].1 >= Duration::from_secs_f64(DELAY) - Duration::from_millis(1));
+        assert!(w[1].1 - w[0].1 >= Duration::from_secs_f64(DELAY) - Duration::from_millis(10));
     }
     sends.lock().unwrap().clone()
 }

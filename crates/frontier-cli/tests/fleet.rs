@@ -161,9 +161,10 @@ async fn three_processes_share_one_crawl_and_one_budget() {
             .min()
             .unwrap_or(Duration::MAX);
         eprintln!("{host}: {} requests, closest {min_gap:?}", times.len());
-        // Redis's clock and this one read a few ms apart.
+        // Redis's clock and this one read a few ms apart, and a busy machine delays one
+        // request's arrival more than the next one's.
         assert!(
-            min_gap >= Duration::from_secs_f64(DELAY) - Duration::from_millis(10),
+            min_gap >= Duration::from_secs_f64(DELAY) - Duration::from_millis(25),
             "{host}: two requests {min_gap:?} apart"
         );
     }

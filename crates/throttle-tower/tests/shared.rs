@@ -86,9 +86,9 @@ async fn two_processes_space_their_requests_together() {
     assert!(log.iter().any(|e| e.1 == 'a') && log.iter().any(|e| e.1 == 'b'));
     for w in log.windows(2) {
         let gap = w[1].0 - w[0].0;
-        // 0.2 s apart across both processes (a little slack for the clocks' reads).
+        // 0.2 s apart across both processes (slack for the clocks' reads and scheduling).
         assert!(
-            gap >= Duration::from_millis(195),
+            gap >= Duration::from_millis(185),
             "{:?} -> {:?}: {gap:?}",
             w[0].1,
             w[1].1
