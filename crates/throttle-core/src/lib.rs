@@ -110,9 +110,9 @@ pub use prefetch::prefetch;
 pub use rng::JitterRng;
 pub use scope::{BackoffParams, RampupParams, ScopeKind, ScopeParams, ScopeSnapshot, ScopeStats};
 pub use throttler::{
-    CrawlDelayDecision, HeldBackMonitor, MemoryHibernation, NotReady, Permit, QuotaReconcile,
-    RequestFlags, ScopeHibernation, ScopeHint, ScopeSettings, ScopeUse, Throttler, ThrottlerStats,
-    Ticket, TicketPoll,
+    CrawlDelayDecision, HeldBackMonitor, HibernationError, MemoryHibernation, NotReady, Permit,
+    QuotaReconcile, RequestFlags, ScopeHibernation, ScopeHint, ScopeSettings, ScopeUse, Throttler,
+    ThrottlerStats, Ticket, TicketPoll,
 };
 pub use time::{FakeClock, Timestamp, secs_to_duration};
 

@@ -171,8 +171,20 @@ impl Throttler {
     /// Brings back what a scope had learned (after a restart, say), live configuration
     /// and Crawl-delay included. Requests that were in flight when the snapshot was
     /// taken are not counted again.
+    ///
+    /// A state the attached hibernation store still holds for the scope is newer than
+    /// any snapshot saved while the scope was in memory (it was evicted after), so it
+    /// wins: the scope wakes from it and `snapshot` is ignored.
     pub fn restore(&mut self, snapshot: &ScopeSnapshot, now: Timestamp) {
         let now = self.clock.clamp(now);
+        if self.hibernation.is_some() && self.find(&snapshot.scope).is_none() {
+            let woken = self.stats.woken;
+            let (_, created) = self.resolve(&snapshot.scope, now);
+            if self.stats.woken > woken {
+                self.evict_some(now, usize::from(created) + EVICTION_BUDGET);
+                return;
+            }
+        }
         if let Some(ov) = Override::from_snapshot(snapshot) {
             self.overrides
                 .insert(Box::from(snapshot.scope.as_str()), ov);

@@ -33,7 +33,7 @@ mod release;
 mod scope_map;
 
 pub use controls::{CrawlDelayDecision, QuotaReconcile};
-pub use hibernation::{MemoryHibernation, ScopeHibernation};
+pub use hibernation::{HibernationError, MemoryHibernation, ScopeHibernation};
 pub use inspect::{HeldBackMonitor, ScopeSettings, ThrottlerStats};
 
 use hibernation::Override;
@@ -259,6 +259,12 @@ impl Throttler {
     /// Detaches and returns the hibernation store.
     pub fn take_hibernation(&mut self) -> Option<Box<dyn ScopeHibernation + Send>> {
         self.hibernation.take()
+    }
+
+    /// Flushes the attached hibernation store (see [`ScopeHibernation::flush`]); nothing
+    /// to do without one.
+    pub fn flush_hibernation(&mut self) -> Result<(), HibernationError> {
+        self.hibernation.as_mut().map_or(Ok(()), |h| h.flush())
     }
 }
 

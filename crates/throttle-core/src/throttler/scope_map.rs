@@ -78,10 +78,13 @@ impl Throttler {
         let params = self.params_index(name);
         let mut state = ScopeState::new(name, params, &self.params[params as usize], now);
         if let Some(snapshot) = self.hibernation.as_mut().and_then(|h| h.wake(name)) {
+            state.restore(&snapshot);
             if let Some(ov) = Override::from_snapshot(&snapshot) {
                 self.overrides.insert(Box::from(name), ov);
+            } else if let Some(ov) = self.overrides.get(name) {
+                // A store that may forget did not carry the overrides: they stayed here.
+                ov.apply(&mut state);
             }
-            state.restore(&snapshot);
             state.advance(&self.params[params as usize], now);
             self.stats.woken += 1;
         } else if let Some(ov) = self.overrides.get(name) {
@@ -140,7 +143,14 @@ impl Throttler {
                 return;
             }
             state.advance(&self.params[state.params as usize], now);
-            if state.evictable(now) {
+            // A store that keeps everything also takes states that still matter for
+            // timing (backoff, future send time, quota in use): they come back on wake.
+            let keeps_all = self
+                .hibernation
+                .as_ref()
+                .is_some_and(|h| h.keeps_everything());
+            if state.evictable(now) || (keeps_all && state.active == 0 && state.waiters.is_empty())
+            {
                 self.evict(i);
             } else {
                 // Kept, but its idle clock is not reset: it goes once it stops mattering.
@@ -161,10 +171,12 @@ impl Throttler {
         self.stats.evicted += 1;
         event!(debug, scope = %state.name, "scope state evicted");
         if let Some(h) = self.hibernation.as_mut() {
-            // The hibernated snapshot carries the live configuration: memory stays bounded.
             let mut snap = state.snapshot();
-            if let Some(ov) = self.overrides.remove(&*state.name) {
-                ov.fill(&mut snap);
+            if h.keeps_everything() {
+                // The snapshot carries the live configuration: memory stays bounded.
+                if let Some(ov) = self.overrides.remove(&*state.name) {
+                    ov.fill(&mut snap);
+                }
             }
             h.hibernate(snap);
             self.stats.hibernated += 1;

@@ -129,7 +129,7 @@ fn hibernation_keeps_learned_rates() {
     let mut s = rampup_settings();
     s.throttling_scope_limit = 1;
     let mut t = new(s);
-    t.set_hibernation(Box::new(MemoryHibernation::default()));
+    t.set_hibernation(Box::new(MemoryHibernation::new(1 << 20)));
     touch(&mut t, "api", 0.0);
     assert_eq!(stats(&mut t, "api", 120.0).delay, 0.25);
     touch(&mut t, "other.com", 121.0);
@@ -157,4 +157,90 @@ fn snapshot_and_restore_carry_backoff_across_throttlers() {
     let st = stats(&mut b, "a.com", 2.0);
     assert_eq!((st.level, st.hard_until, st.active), (1, at(41.0), 0));
     assert_eq!(acquire(&mut b, "a.com", 2.0), not_until(41.0));
+}
+
+/// A hibernation store that keeps everything, as a file or a database would.
+#[derive(Default)]
+pub(super) struct KeepAll(pub(super) std::collections::BTreeMap<String, ScopeSnapshot>);
+
+impl ScopeHibernation for KeepAll {
+    fn hibernate(&mut self, snapshot: ScopeSnapshot) {
+        self.0.insert(snapshot.scope.clone(), snapshot);
+    }
+    fn wake(&mut self, scope: &str) -> Option<ScopeSnapshot> {
+        self.0.remove(scope)
+    }
+    fn keeps_everything(&self) -> bool {
+        true
+    }
+}
+
+fn backing_off(t: &mut Throttler, scope: &str, now: f64) {
+    let p = admit(t, scope, now);
+    t.release(
+        p,
+        &Outcome::response(429, [("Retry-After", "40")], None),
+        at(now),
+    );
+}
+
+#[test]
+fn a_store_that_keeps_everything_takes_backing_off_scopes_and_gives_them_back() {
+    let mut s = Settings::default();
+    s.throttling_scope_limit = 10;
+    let mut t = new(s);
+    t.set_hibernation(Box::new(KeepAll::default()));
+    for i in 0..1000 {
+        backing_off(&mut t, &format!("h{i}.example"), 0.0);
+        assert!(
+            t.stats().live_scopes <= 11,
+            "memory bounded by the scope limit"
+        );
+    }
+    assert!(t.stats().hibernated >= 989);
+    // Every host returns: each is still held until its Retry-After ends.
+    for i in 0..1000 {
+        let name = format!("h{i}.example");
+        assert_eq!(acquire(&mut t, &name, 1.0), not_until(40.0), "{name}");
+        assert_eq!(stats(&mut t, &name, 1.0).level, 1, "{name}");
+    }
+    assert!(t.stats().live_scopes <= 11);
+}
+
+#[test]
+fn a_store_that_may_forget_never_receives_a_backoff() {
+    let mut s = Settings::default();
+    s.throttling_scope_limit = 10;
+    let mut t = new(s);
+    t.set_hibernation(Box::new(MemoryHibernation::new(5)));
+    for i in 0..100 {
+        backing_off(&mut t, &format!("h{i}.example"), 0.0);
+    }
+    assert_eq!(t.stats().hibernated, 0);
+    assert_eq!(
+        t.stats().live_scopes,
+        100,
+        "backing-off states stay in memory"
+    );
+    for i in 0..100 {
+        let name = format!("h{i}.example");
+        assert_eq!(acquire(&mut t, &name, 1.0), not_until(40.0), "{name}");
+    }
+}
+
+#[test]
+fn restore_yields_to_a_newer_hibernated_state() {
+    let mut s = Settings::default();
+    s.throttling_scope_limit = 1;
+    let mut t = new(s);
+    let mut kept = KeepAll::default();
+    let mut newer = ScopeSnapshot::new("a.com");
+    newer.level = 2;
+    newer.hard_until = at(90.0);
+    kept.hibernate(newer);
+    t.set_hibernation(Box::new(kept));
+    let older = ScopeSnapshot::new("a.com");
+    t.restore(&older, at(1.0));
+    assert_eq!(stats(&mut t, "a.com", 1.0).level, 2);
+    assert_eq!(acquire(&mut t, "a.com", 1.0), not_until(90.0));
 }

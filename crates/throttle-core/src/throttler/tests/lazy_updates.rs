@@ -1,5 +1,6 @@
 //! Lazy updates and the wake-ups they must still produce on time.
 
+use super::eviction::KeepAll;
 use super::*;
 
 /// A rampup scope at its delay floor, one request at a time, raising its concurrency
@@ -182,7 +183,7 @@ fn hibernation_carries_live_configuration_and_bounds_memory() {
     let mut s = Settings::default();
     s.throttling_scope_limit = 1;
     let mut t = new(s);
-    t.set_hibernation(Box::new(MemoryHibernation::default()));
+    t.set_hibernation(Box::new(KeepAll::default()));
     t.handle_crawl_delay("a.com", 3.0, at(0.0)).unwrap();
     t.set_scope_concurrency("b.com", 2, at(0.0)).unwrap();
     touch(&mut t, "c.com", 0.0);
@@ -212,4 +213,17 @@ fn snapshots_carry_live_configuration_across_throttlers() {
             concurrency: 1
         }
     );
+}
+
+#[test]
+fn a_store_that_may_forget_leaves_overrides_in_the_table() {
+    let mut s = Settings::default();
+    s.throttling_scope_limit = 1;
+    let mut t = new(s);
+    t.set_hibernation(Box::new(MemoryHibernation::new(1)));
+    t.handle_crawl_delay("a.com", 3.0, at(0.0)).unwrap();
+    touch(&mut t, "c.com", 0.0);
+    touch(&mut t, "d.com", 0.0); // a.com's snapshot is forgotten
+    touch(&mut t, "a.com", 10.0);
+    assert_eq!(stats(&mut t, "a.com", 10.0).base_delay, 3.0);
 }
