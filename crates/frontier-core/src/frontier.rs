@@ -6,8 +6,8 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use polite_throttle_core::{
-    ConfigError, CrawlDelayDecision, HeldBackMonitor, Outcome, QuotaReconcile, ScopeSnapshot,
-    Settings, Throttler, Timestamp, secs_to_duration,
+    ConfigError, CrawlDelayDecision, HeldBackMonitor, HibernationError, Outcome, QuotaReconcile,
+    ScopeSnapshot, Settings, Throttler, Timestamp, secs_to_duration,
 };
 
 use crate::codec::{Codec, DecodeError, EncodeError};
@@ -150,6 +150,8 @@ pub enum FrontierError<E> {
     CorruptGroup(InvalidGroupKey),
     /// A request could not be encoded.
     Encode(EncodeError),
+    /// The store's keeping of evicted scope states failed (see [`Store::hibernation`]).
+    Hibernation(HibernationError),
 }
 
 impl<E: fmt::Display> fmt::Display for FrontierError<E> {
@@ -164,6 +166,7 @@ impl<E: fmt::Display> fmt::Display for FrontierError<E> {
             }
             FrontierError::CorruptGroup(e) => write!(f, "corrupted store: {e}"),
             FrontierError::Encode(e) => e.fmt(f),
+            FrontierError::Hibernation(e) => e.fmt(f),
         }
     }
 }
@@ -173,6 +176,7 @@ impl<E: core::error::Error + 'static> core::error::Error for FrontierError<E> {
         match self {
             FrontierError::Store(e) => Some(e),
             FrontierError::Corrupt { source, .. } => Some(source),
+            FrontierError::Hibernation(e) => Some(e),
             _ => None,
         }
     }
@@ -338,6 +342,13 @@ impl<S: Store> Frontier<S> {
         let held_back = HeldBackMonitor::new(settings.delayed_requests_warn_threshold as usize);
         let (depth_priority, depth_limit) = (settings.depth_priority, settings.depth_limit);
         let mut throttler = Throttler::new(settings, now).map_err(FrontierError::Config)?;
+        // Attached before recovery: a hibernated state is newer than a saved live one.
+        if let Some(h) = store
+            .hibernation(config.persist_scope_states)
+            .map_err(FrontierError::Store)?
+        {
+            throttler.set_hibernation(h);
+        }
         let mut filter = DupeFilter::new(config.dupefilter).map_err(FrontierError::DupeFilter)?;
         let mut codec = Codec::new();
         let mut stats = FrontierStats::new(store.kind());
@@ -875,7 +886,10 @@ impl<S: Store> Frontier<S> {
     /// states: cheap enough to call after each completion, so that a crash repeats only
     /// the requests that were in flight. [`flush`](Self::flush) also saves scope states.
     pub fn commit(&mut self) -> Result<(), FrontierError<S::Error>> {
-        self.store.flush().map_err(FrontierError::Store)
+        self.store.flush().map_err(FrontierError::Store)?;
+        self.throttler
+            .flush_hibernation()
+            .map_err(FrontierError::Hibernation)
     }
 
     /// Makes everything durable now (and saves scope states if configured).
@@ -886,7 +900,7 @@ impl<S: Store> Frontier<S> {
                 .save_scope_states(&states)
                 .map_err(FrontierError::Store)?;
         }
-        self.store.flush().map_err(FrontierError::Store)
+        self.commit()
     }
 
     /// Flushes and hands the store back (to reopen it later). Leases still out are not

@@ -15,7 +15,7 @@ use alloc::collections::BTreeMap;
 use alloc::vec::Vec;
 use core::fmt;
 
-use polite_throttle_core::{ScopeSnapshot, Timestamp};
+use polite_throttle_core::{ScopeHibernation, ScopeSnapshot, Timestamp};
 
 use crate::fingerprint::Fingerprint;
 use crate::spill::{Cell, Spill};
@@ -103,6 +103,19 @@ pub trait Store {
 
     /// A short name for stats (`memory`, `fs`, `sqlite`, ...).
     fn kind(&self) -> &'static str;
+
+    /// Where the frontier's throttler puts the states of scopes it evicts, kept with
+    /// the store so that memory stays bounded over millions of hosts and no backoff is
+    /// forgotten (see [`ScopeHibernation`]). Called once, before
+    /// [`recover`](Self::recover). With `resume` false, states kept by an earlier run
+    /// are discarded. Default: `None` (evicted states that still matter stay in memory).
+    fn hibernation(
+        &mut self,
+        resume: bool,
+    ) -> Result<Option<Box<dyn ScopeHibernation + Send>>, Self::Error> {
+        let _ = resume;
+        Ok(None)
+    }
 
     /// Replays everything the store holds. Called once, when a frontier opens the store.
     fn recover(

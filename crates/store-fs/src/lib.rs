@@ -68,6 +68,7 @@
 //! | `seg-0000000001.log`, … | log segments, numbered without gaps; the newest is appended to |
 //! | `seen.dat` | fingerprints moved out of compacted segments (append-only) |
 //! | `scopes.dat` | throttle scope states, replaced atomically (temp file, fsync, rename, fsync of the directory) |
+//! | `hibernated.log` | states of scopes the throttler evicted from memory (append-only, checksummed records; a tombstone when a scope wakes), indexed in memory by a 64-bit name hash (about 20-40 bytes per scope), rewritten when mostly dead; synced with each flush |
 //!
 //! Every file starts with an 8-byte magic number and a 2-byte format version
 //! ([`FORMAT_VERSION`]); a file from a newer version is refused with a clear error.
@@ -154,6 +155,7 @@ mod config;
 mod error;
 mod files;
 mod format;
+mod hibernation;
 mod liveset;
 mod store;
 

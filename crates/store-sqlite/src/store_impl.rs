@@ -5,7 +5,7 @@ use crate::error::SqliteError;
 use crate::recovery::{read_callbacks, read_scope_states};
 use crate::writes::to_i64;
 use polite_frontier_core::{Durability, EntryMeta, Fingerprint, RecoveryVisitor, Store};
-use polite_throttle_core::ScopeSnapshot;
+use polite_throttle_core::{ScopeHibernation, ScopeSnapshot};
 use rusqlite::{OptionalExtension, params};
 
 impl Store for SqliteStore {
@@ -14,6 +14,13 @@ impl Store for SqliteStore {
 
     fn kind(&self) -> &'static str {
         "sqlite"
+    }
+
+    fn hibernation(
+        &mut self,
+        resume: bool,
+    ) -> Result<Option<Box<dyn ScopeHibernation + Send>>, SqliteError> {
+        Ok(Some(Box::new(self.open_hibernation(resume)?)))
     }
 
     fn recover(&mut self, v: &mut dyn RecoveryVisitor<()>) -> Result<(), SqliteError> {

@@ -48,9 +48,13 @@ impl SqliteStore {
 
     pub(crate) fn commit(&mut self) -> Result<(), SqliteError> {
         if !self.in_tx {
-            return Ok(());
+            if !self.hibernated_pending() {
+                return Ok(());
+            }
+            self.begin()?;
         }
         self.write_marks()?;
+        self.write_hibernated()?;
         self.compact()?;
         if self.next_seq != self.saved_next_seq {
             self.conn

@@ -1,7 +1,7 @@
 //! The frontier's [`Store`] trait over the segments.
 
 use polite_frontier_core::{EntryMeta, Fingerprint, RecoveryVisitor, Store};
-use polite_throttle_core::{ScopeSnapshot, Timestamp};
+use polite_throttle_core::{ScopeHibernation, ScopeSnapshot, Timestamp};
 
 use super::{FsHandle, FsStore, Source};
 use crate::error::FsError;
@@ -16,6 +16,14 @@ impl Store for FsStore {
 
     fn kind(&self) -> &'static str {
         "fs"
+    }
+
+    fn hibernation(
+        &mut self,
+        resume: bool,
+    ) -> Result<Option<Box<dyn ScopeHibernation + Send>>, FsError> {
+        let h = crate::hibernation::FsHibernation::open(self.dir(), resume)?;
+        Ok(Some(Box::new(h)))
     }
 
     fn recover(&mut self, visitor: &mut dyn RecoveryVisitor<FsHandle>) -> Result<(), FsError> {
