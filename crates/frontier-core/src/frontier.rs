@@ -40,6 +40,11 @@ pub struct FrontierConfig {
     /// Save throttle scope states in the store on [`flush`](Frontier::flush) and restore
     /// them on open, so a resumed crawl keeps its backoff and learned rates.
     pub persist_scope_states: bool,
+    /// Hand the states of scopes the throttler evicts to the store, when it keeps them
+    /// ([`Store::hibernation`]): memory stays bounded by `throttling_scope_limit` over
+    /// any number of hosts, backoffs included. Default: on. Off, evicted states that
+    /// still matter for timing stay in memory.
+    pub hibernate_scopes: bool,
 }
 
 impl Default for FrontierConfig {
@@ -48,6 +53,7 @@ impl Default for FrontierConfig {
             policy: Policy::ThrottlingAware,
             dupefilter: DupeFilterConfig::Exact,
             persist_scope_states: true,
+            hibernate_scopes: true,
         }
     }
 }
@@ -69,6 +75,12 @@ impl FrontierConfig {
     #[must_use]
     pub fn persist_scope_states(mut self, value: bool) -> Self {
         self.persist_scope_states = value;
+        self
+    }
+    /// Sets whether evicted scope states go to the store.
+    #[must_use]
+    pub fn hibernate_scopes(mut self, value: bool) -> Self {
+        self.hibernate_scopes = value;
         self
     }
 }
@@ -343,9 +355,10 @@ impl<S: Store> Frontier<S> {
         let (depth_priority, depth_limit) = (settings.depth_priority, settings.depth_limit);
         let mut throttler = Throttler::new(settings, now).map_err(FrontierError::Config)?;
         // Attached before recovery: a hibernated state is newer than a saved live one.
-        if let Some(h) = store
-            .hibernation(config.persist_scope_states)
-            .map_err(FrontierError::Store)?
+        if config.hibernate_scopes
+            && let Some(h) = store
+                .hibernation(config.persist_scope_states)
+                .map_err(FrontierError::Store)?
         {
             throttler.set_hibernation(h);
         }

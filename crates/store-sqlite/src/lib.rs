@@ -53,7 +53,6 @@
 //! CREATE TABLE seen     (id INTEGER PRIMARY KEY, fps BLOB NOT NULL);           -- first 64 bits of fingerprints, big-endian, 8 bytes each
 //! CREATE TABLE callbacks   (id INTEGER PRIMARY KEY, name TEXT NOT NULL);
 //! CREATE TABLE scope_states(scope TEXT PRIMARY KEY, state TEXT NOT NULL);      -- JSON of polite_throttle_core::ScopeSnapshot
-//! CREATE TABLE hibernated_scopes(scope TEXT PRIMARY KEY, state TEXT NOT NULL); -- the same, for scopes evicted from memory
 //! CREATE TABLE meta        (key TEXT PRIMARY KEY, value);                      -- next_seq
 //! CREATE INDEX requests_by_group ON requests (grp, priority DESC, seq);      -- only with SqliteOptions::group_index
 //! CREATE VIEW acked (seq)  AS ...;  -- the acks arrays, one row per sequence number
@@ -88,6 +87,11 @@
 //!
 //! A version 1 file (one row per fingerprint, a `leased` column, an index on
 //! `(grp, priority DESC, seq)`) is migrated when it is opened.
+//!
+//! Scope states the throttler evicts from memory (see `Store::hibernation`) go to a
+//! second database beside the first, `<file>.hibernated` (table
+//! `hibernated_scopes (scope TEXT PRIMARY KEY, state TEXT NOT NULL)`, JSON as in
+//! `scope_states`), written in batches of its own and synced with each flush.
 //!
 //! ## Guarantees and limits
 //!
@@ -185,9 +189,6 @@ pub struct SqliteStore {
     pass: Option<Pass>,
     /// The last request `load`ed, known to exist and not acknowledged.
     last_loaded: Option<u64>,
-    /// Scope states the throttler evicted or woke since the last commit (once a
-    /// frontier attached hibernation).
-    hibernated: Option<hibernation::Shared>,
     json: String,
 }
 
@@ -234,7 +235,6 @@ impl SqliteStore {
             new_seen: Vec::new(),
             pass: None,
             last_loaded: None,
-            hibernated: None,
             json: String::new(),
         };
         store.prepare(options.verify_on_open, options.group_index)?;

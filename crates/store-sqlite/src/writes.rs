@@ -48,13 +48,9 @@ impl SqliteStore {
 
     pub(crate) fn commit(&mut self) -> Result<(), SqliteError> {
         if !self.in_tx {
-            if !self.hibernated_pending() {
-                return Ok(());
-            }
-            self.begin()?;
+            return Ok(());
         }
         self.write_marks()?;
-        self.write_hibernated()?;
         self.compact()?;
         if self.next_seq != self.saved_next_seq {
             self.conn
