@@ -38,7 +38,7 @@ use core::fmt;
 use hashbrown::HashMap;
 use serde::{Deserialize, Serialize};
 
-use crate::request::{Extras, Method, Request, ScopeAmount};
+use crate::request::{Extras, MAX_SCOPES, Method, Request, ScopeAmount};
 
 /// The record format written by this version of the crate.
 pub const FORMAT_VERSION: u8 = 1;
@@ -71,8 +71,9 @@ struct Wire<'a> {
 struct Rest<'a> {
     #[serde(borrow)]
     method: Option<&'a str>,
+    /// Inline (the same bytes as a `Vec` in postcard): decoding allocates no list.
     #[serde(borrow)]
-    scopes: Option<Vec<(&'a str, f64)>>,
+    scopes: Option<heapless::Vec<(&'a str, f64), MAX_SCOPES>>,
     delay: Option<f64>,
     #[serde(borrow)]
     headers: Vec<(&'a str, &'a [u8])>,
@@ -247,6 +248,20 @@ impl Codec {
             }
         }
         let extras = req.extras.as_deref().filter(|e| !e.is_empty());
+        let scopes = match &req.scopes {
+            None => None,
+            Some(list) => {
+                let mut inline = heapless::Vec::new();
+                for s in list {
+                    if inline.push((&*s.scope, s.amount)).is_err() {
+                        return Err(EncodeError(alloc::format!(
+                            "more than {MAX_SCOPES} explicit scopes"
+                        )));
+                    }
+                }
+                Some(inline)
+            }
+        };
         let rest = (req.method != Method::Get
             || req.scopes.is_some()
             || req.delay.is_some()
@@ -254,10 +269,7 @@ impl Codec {
         .then(|| {
             Box::new(Rest {
                 method: (req.method != Method::Get).then(|| req.method.as_str()),
-                scopes: req
-                    .scopes
-                    .as_ref()
-                    .map(|s| s.iter().map(|s| (&*s.scope, s.amount)).collect()),
+                scopes,
                 delay: req.delay,
                 headers: extras.map_or_else(Vec::new, |e| {
                     e.headers

@@ -13,7 +13,7 @@ use alloc::vec::Vec;
 use core::fmt;
 use core::fmt::Write;
 
-use crate::request::Request;
+use crate::request::{MAX_SCOPES, Request};
 
 const SCOPE_SEP: char = '\n';
 const AMOUNT_SEP: char = '\t';
@@ -71,7 +71,17 @@ pub(crate) fn group_key_inline(req: &Request, out: &mut String) -> Result<(), In
     match req.scopes.as_deref().filter(|s| !s.is_empty()) {
         None => host_scope_into(&req.url, out),
         Some(scopes) => {
-            let mut sorted: Vec<(&str, f64)> = Vec::with_capacity(scopes.len());
+            // Inline: no allocation per push of a request with explicit scopes.
+            if scopes.len() > MAX_SCOPES {
+                return Err(InvalidRequest::new(
+                    &req.url,
+                    alloc::format!(
+                        "names {} scopes: more than {MAX_SCOPES}, the most a request may have",
+                        scopes.len()
+                    ),
+                ));
+            }
+            let mut sorted: heapless::Vec<(&str, f64), MAX_SCOPES> = heapless::Vec::new();
             for s in scopes {
                 if s.scope.is_empty() || s.scope.contains([SCOPE_SEP, AMOUNT_SEP]) {
                     return Err(InvalidRequest::new(
@@ -94,7 +104,8 @@ pub(crate) fn group_key_inline(req: &Request, out: &mut String) -> Result<(), In
                 }
                 match sorted.iter_mut().find(|(n, _)| *n == &*s.scope) {
                     Some((_, a)) => *a += s.amount,
-                    None => sorted.push((&s.scope, s.amount)),
+                    // Cannot overflow: the list was checked against MAX_SCOPES.
+                    None => drop(sorted.push((&s.scope, s.amount))),
                 }
             }
             sorted.sort_by(|a, b| a.0.cmp(b.0));

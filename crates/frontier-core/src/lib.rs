@@ -80,7 +80,7 @@ pub use dupefilter::{BloomFilter, DupeFilter, DupeFilterConfig, DupeFilterConfig
 pub use fingerprint::*;
 pub use frontier::{Frontier, FrontierConfig, FrontierError, Lease, LeaseId, Poll, PushOutcome};
 pub use group::{InvalidGroupKey, InvalidRequest, group_key, host_scope, parse_group_key};
-pub use request::{Extras, Method, Request, ScopeAmount};
+pub use request::{Extras, MAX_SCOPES, Method, Request, ScopeAmount};
 pub use scheduler::Policy;
 pub use scheduling::Scheduling;
 pub use stats::FrontierStats;

@@ -55,6 +55,11 @@ impl fmt::Display for Method {
     }
 }
 
+/// The most explicit scopes one request may name (a push with more is an
+/// [`InvalidRequest`](crate::InvalidRequest)): the frontier handles a request's scope
+/// list in fixed inline buffers, never on the heap.
+pub const MAX_SCOPES: usize = 16;
+
 /// One scope a request explicitly belongs to, and how much of its quota it consumes.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ScopeAmount {

@@ -822,3 +822,24 @@ fn zero_length_windows_in_the_frontier() {
     let st = scope_stats(&f, "a.com");
     assert_eq!((st.level, st.delay), (0, 0.25));
 }
+
+#[test]
+fn a_request_names_at_most_max_scopes_and_they_round_trip() {
+    use polite_frontier_core::MAX_SCOPES;
+    let now = Timestamp::ZERO;
+    let mut f = Frontier::in_memory(Settings::default().without_jitter(), now).unwrap();
+    let mut full = Request::get("https://example.com/full");
+    for i in 0..MAX_SCOPES {
+        full = full.scope_amount(format!("s{i}"), 0.5);
+    }
+    f.push(&full, now).unwrap();
+    let too_many = (0..=MAX_SCOPES).fold(Request::get("https://example.com/more"), |r, i| {
+        r.scope(format!("s{i}"))
+    });
+    let err = f.push(&too_many, now).unwrap_err().to_string();
+    assert!(err.contains(&format!("more than {MAX_SCOPES}")), "{err}");
+    let Poll::Ready(lease) = f.poll(now).unwrap() else {
+        panic!("the full request is ready");
+    };
+    assert_eq!(lease.request, full, "all {MAX_SCOPES} scopes decoded back");
+}
