@@ -10,7 +10,8 @@
 //! paired rounds read it). `PROFILE_LONG_URLS=1` appends 40 characters of tracking
 //! parameters to every URL, so that no record fits a queue slot (the store keeps them
 //! in its spill cells). `PROFILE_PUSH_ALL=100` pushes through `push_all` in batches of
-//! 100 requests instead of one `push` each.
+//! 100 requests instead of one `push` each. `PROFILE_ONE_SCOPE=1` puts every request in
+//! one explicit scope (`.scope("all")`, the `poll_complete_1m_one_group` row's shape).
 #![allow(clippy::print_stdout)]
 use polite_frontier_core::{DupeFilterConfig, Frontier, FrontierConfig, Poll, VolatileStore};
 use polite_throttle_core::{Outcome, Settings, Timestamp};
@@ -31,6 +32,9 @@ fn main() {
         for r in &mut reqs {
             r.url = format!("{}&utm_source=newsletter&utm_medium=email", r.url).into();
         }
+    }
+    if std::env::var_os("PROFILE_ONE_SCOPE").is_some() {
+        reqs = reqs.into_iter().map(|r| r.scope("all")).collect();
     }
     let mut s = Settings::default().without_jitter();
     s.concurrent_requests = u32::MAX;
