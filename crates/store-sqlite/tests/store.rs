@@ -42,15 +42,15 @@ impl Harness for Sqlite {
         SqliteStore::open(&self.path, self.options).unwrap()
     }
 
-    fn corrupt_payload(&mut self, store: &mut SqliteStore, seq: u64) -> bool {
+    fn corrupt_payload(&mut self, store: &mut SqliteStore, seq: u64) {
         let n = store
             .connection()
             .execute(
                 "UPDATE requests SET payload = x'01ffff' WHERE seq = ?1",
                 [seq as i64],
             )
-            .unwrap();
-        n == 1
+            .unwrap_or_else(|e| panic!("damaging the payload of #{seq}: {e}"));
+        assert_eq!(n, 1, "no row of #{seq} in requests to damage");
     }
 }
 
