@@ -2,7 +2,7 @@
 //! on one crawl, one killed with SIGKILL mid-crawl. Every page is written once (the
 //! killed process's leases go to the others after `crawl.lease_timeout`), and the
 //! server's log shows each host's requests spaced by `download_delay` across all
-//! processes. Needs `redis-server` (skips without it, fails under REQUIRE_REDIS=1).
+//! processes. Needs `redis-server` (skips without it, fails under REQUIRE_REDIS=1 or CI).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;

@@ -18,8 +18,10 @@
 //!     fn reopen(&mut self, store: MemoryStore) -> MemoryStore {
 //!         store
 //!     }
-//!     fn corrupt_payload(&mut self, store: &mut MemoryStore, seq: u64) -> bool {
-//!         store.overwrite_payload(seq, &[0xff]).is_ok()
+//!     fn corrupt_payload(&mut self, store: &mut MemoryStore, seq: u64) {
+//!         store
+//!             .overwrite_payload(seq, &[0xff])
+//!             .unwrap_or_else(|e| panic!("damaging #{seq}: {e}"));
 //!     }
 //! }
 //! // In a test file: polite_frontier_core::store_conformance_tests!(Memory);
@@ -52,11 +54,14 @@ pub trait Harness {
     /// releasing locks) before opening the data again.
     fn reopen(&mut self, store: Self::Store) -> Self::Store;
 
-    /// Damages the stored payload of request `seq` so it no longer decodes, and returns
-    /// `true`. Required, so that no store skips the corruption check by default: return
-    /// `false` only for a store whose payloads cannot be damaged from outside, and say
-    /// why where you do (the check is then skipped).
-    fn corrupt_payload(&mut self, store: &mut Self::Store, seq: u64) -> bool;
+    /// Damages the stored payload of request `seq` (in `store`, which has been flushed)
+    /// so it no longer decodes, as a disk or a bug would: overwrite its bytes in the
+    /// store's files or tables. Required of every store, and there is no opting out: the
+    /// suite then expects reading the request to fail with
+    /// [`FrontierError::Corrupt`], so a harness that leaves the payload intact fails
+    /// [`corrupted_payloads_are_errors`]. Panic, saying why, if the payload cannot be
+    /// found or written.
+    fn corrupt_payload(&mut self, store: &mut Self::Store, seq: u64);
 }
 
 fn t(secs: u64) -> Timestamp {
@@ -396,20 +401,30 @@ pub fn corrupted_payloads_are_errors<H: Harness>(h: &mut H) {
     let mut store = f
         .into_store()
         .unwrap_or_else(|e| panic!("flush failed: {e}"));
-    if !h.corrupt_payload(&mut store, bad.0) {
-        return;
-    }
+    h.corrupt_payload(&mut store, bad.0);
     let mut f = open::<H>(h.reopen(store), open_settings(), t(1));
-    match f.poll(t(1)) {
-        Err(FrontierError::Corrupt { lease, .. }) => {
-            assert_eq!(lease, bad);
-            assert!(
-                f.complete(lease, &Outcome::Cancelled, t(1))
-                    .unwrap_or(false)
-            );
-        }
-        other => panic!("expected a corruption error for #{}, got {other:?}", bad.0),
-    }
+    let err = match f.poll(t(1)) {
+        Err(e) => e,
+        Ok(poll) => panic!(
+            "expected a corruption error for #{}, got {poll:?}: did the harness's \
+             corrupt_payload damage the stored payload?",
+            bad.0
+        ),
+    };
+    let message = err.to_string();
+    let FrontierError::Corrupt { lease, .. } = err else {
+        panic!("expected a corruption error for #{}, got {err:?}", bad.0)
+    };
+    assert_eq!(lease, bad, "the error names the damaged request");
+    assert!(
+        message.starts_with(&format!("stored request #{}: undecodable", bad.0)),
+        "the message names the request and the problem: {message}"
+    );
+    assert!(
+        f.complete(lease, &Outcome::Cancelled, t(1))
+            .unwrap_or(false),
+        "the damaged request can be dropped"
+    );
     assert_eq!(urls(&drain(&mut f, t(1))), ["https://b.example.com/good"]);
 }
 

@@ -16,8 +16,10 @@ impl Harness for Memory {
         store
     }
 
-    fn corrupt_payload(&mut self, store: &mut MemoryStore, seq: u64) -> bool {
-        store.overwrite_payload(seq, &[1, 0xff, 0xff]).is_ok()
+    fn corrupt_payload(&mut self, store: &mut MemoryStore, seq: u64) {
+        store
+            .overwrite_payload(seq, &[1, 0xff, 0xff])
+            .unwrap_or_else(|e| panic!("damaging the payload of #{seq}: {e}"));
     }
 }
 

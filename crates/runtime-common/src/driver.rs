@@ -407,17 +407,46 @@ where
 
     /// Flushes every `every` (on the driver's clock) until the driver is shut down (group
     /// commit's time bound while the crawl is idle). Spawn it on your executor and look at
-    /// its result: `Ok` once the driver is shut down, the error of the first flush that
-    /// failed otherwise (flushing stops there: a store that cannot flush needs attention,
-    /// not retries). `tokio::spawn(driver.clone().flush_every(..))`,
+    /// its result: `tokio::spawn(driver.clone().flush_every(..))`,
     /// `smol::spawn(driver.clone().flush_every(..))`.
+    ///
+    /// A flush that fails is logged at once (`tracing`, level error, with the error and
+    /// how many flushes in a row have failed), and flushing goes on at the next tick: a
+    /// store whose disk was full for a moment recovers without help. After
+    /// [`FLUSH_FAILURES_IN_A_ROW`] (3) failures in a row it stops and returns the last error
+    /// (a store that keeps failing needs attention, not retries). `Ok` once the driver is
+    /// shut down.
     pub async fn flush_every(self, every: Duration) -> Result<(), DriverError<B::StoreError>> {
+        let mut failures = 0u32;
         loop {
             self.inner.clock.sleep(every).await;
             match self.flush().await {
-                Ok(()) => {}
+                Ok(()) => {
+                    if failures > 0 {
+                        tracing::info!(
+                            after_failures = failures,
+                            "periodic flush of the frontier succeeded again"
+                        );
+                    }
+                    failures = 0;
+                }
                 Err(DriverError::Closed) => return Ok(()),
-                Err(e) => return Err(e),
+                Err(e) => {
+                    failures += 1;
+                    if failures >= FLUSH_FAILURES_IN_A_ROW {
+                        tracing::error!(
+                            error = %e,
+                            failures_in_a_row = failures,
+                            "periodic flush of the frontier failed; giving up on periodic flushes"
+                        );
+                        return Err(e);
+                    }
+                    tracing::error!(
+                        error = %e,
+                        failures_in_a_row = failures,
+                        "periodic flush of the frontier failed; trying again in {every:?}"
+                    );
+                }
             }
         }
     }
@@ -444,6 +473,11 @@ where
         Ok(store)
     }
 }
+
+/// How many periodic flushes in a row may fail before
+/// [`flush_every`](DriverFor::flush_every) gives up and returns the last error (each is
+/// logged; a success in between starts the count again).
+pub const FLUSH_FAILURES_IN_A_ROW: u32 = 3;
 
 /// What one look at the frontier in [`DriverFor::next`] found.
 enum Look<E> {

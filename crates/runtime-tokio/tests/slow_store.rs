@@ -3,12 +3,15 @@
 //! out: the scope's next request would then follow it without its delay. Real time on a
 //! multi-threaded runtime, as a crawl runs.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use polite_frontier_core::{
     Frontier, FrontierError, LeaseId, MemoryStoreError, Poll, PushOutcome, Request, Scheduling,
     VolatileStore,
 };
+use polite_runtime_common::FLUSH_FAILURES_IN_A_ROW;
 use polite_runtime_tokio::{Clock, DriverError, DriverFor};
 use polite_throttle_core::{
     CrawlDelayDecision, Outcome, QuotaReconcile, ScopeConfig, Settings, Timestamp,
@@ -19,8 +22,21 @@ use polite_throttle_core::{
 struct SlowComplete {
     inner: Frontier<VolatileStore>,
     slow: Duration,
-    /// Every flush fails (a store whose disk went away).
-    flush_fails: bool,
+    /// How many of the next flushes fail (a store whose disk is full or went away).
+    failing_flushes: usize,
+    /// Flushes asked for so far, failed or not.
+    flushes: Arc<AtomicUsize>,
+}
+
+impl SlowComplete {
+    fn new(clock: Clock, slow: Duration, failing_flushes: usize) -> Self {
+        SlowComplete {
+            inner: Frontier::in_memory(Settings::default(), clock.now()).unwrap(),
+            slow,
+            failing_flushes,
+            flushes: Arc::default(),
+        }
+    }
 }
 
 type Error = FrontierError<<Frontier<VolatileStore> as Scheduling>::StoreError>;
@@ -93,7 +109,9 @@ impl Scheduling for SlowComplete {
     }
 
     fn flush(&mut self) -> Result<(), Error> {
-        if self.flush_fails {
+        self.flushes.fetch_add(1, Ordering::SeqCst);
+        if self.failing_flushes > 0 {
+            self.failing_flushes -= 1;
             return Err(FrontierError::Store(MemoryStoreError::UnknownSeq(0)));
         }
         self.inner.flush()
@@ -113,8 +131,7 @@ async fn a_poll_behind_a_slow_call_keeps_the_scope_delay() {
         .with_scope("a.test", ScopeConfig::new().delay(DELAY));
     let frontier = SlowComplete {
         inner: Frontier::in_memory(settings, clock.now()).unwrap(),
-        slow: Duration::from_millis(800),
-        flush_fails: false,
+        ..SlowComplete::new(clock, Duration::from_millis(800), 0)
     };
     let driver = DriverFor::new(frontier, clock);
     let requests = (0..3).map(|i| Request::get(format!("http://a.test/{i}")));
@@ -142,28 +159,102 @@ async fn a_poll_behind_a_slow_call_keeps_the_scope_delay() {
     );
 }
 
-/// `flush_every` reports the first flush that fails (and stops there) instead of
-/// ending silently, and ends with `Ok` once the driver is shut down.
+/// What the test's `tracing` subscriber wrote (on this thread, while the guard lives).
+#[derive(Clone, Default)]
+struct Logs(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Logs {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Logs {
+    fn capture() -> (Self, tracing::subscriber::DefaultGuard) {
+        use tracing_subscriber::util::SubscriberInitExt;
+        let logs = Logs::default();
+        let writer = logs.clone();
+        let guard = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .set_default();
+        (logs, guard)
+    }
+
+    /// The lines logged at error level.
+    fn errors(&self) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .filter(|l| l.contains("ERROR"))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// A flush that fails is logged with its error and flushing goes on at the next tick;
+/// only failures in a row end `flush_every`, with the last error.
 #[tokio::test(start_paused = true)]
-async fn flush_every_reports_a_failed_flush_and_ends_on_shutdown() {
+async fn flush_every_logs_a_failed_flush_and_keeps_flushing() {
+    let (logs, _guard) = Logs::capture();
     let clock = Clock::wall();
-    let failing = SlowComplete {
-        inner: Frontier::in_memory(Settings::default(), clock.now()).unwrap(),
-        slow: Duration::ZERO,
-        flush_fails: true,
-    };
+    // The first two flushes fail (fewer than FLUSH_FAILURES_IN_A_ROW), then they work.
+    let store = SlowComplete::new(clock, Duration::ZERO, 2);
+    let flushes = store.flushes.clone();
+    let driver = DriverFor::new(store, clock);
+    let flusher = tokio::spawn(driver.clone().flush_every(Duration::from_secs(5)));
+    tokio::time::sleep(Duration::from_secs(22)).await;
+    assert!(
+        !flusher.is_finished(),
+        "a transient failure does not stop flushing"
+    );
+    assert_eq!(
+        flushes.load(Ordering::SeqCst),
+        4,
+        "flushes at 5, 10, 15 and 20 s"
+    );
+    let errors = logs.errors();
+    assert_eq!(
+        errors.len(),
+        2,
+        "one error line per failed flush: {errors:#?}"
+    );
+    for (line, n) in errors.iter().zip(1..) {
+        assert!(
+            line.contains("periodic flush of the frontier failed")
+                && line.contains("memory store: no request #0")
+                && line.contains(&format!("failures_in_a_row={n}")),
+            "{line}"
+        );
+    }
+    driver.shutdown().await.unwrap();
+    assert!(flusher.await.unwrap().is_ok());
+}
+
+/// A store whose flushes keep failing ends `flush_every` with the error after
+/// `FLUSH_FAILURES_IN_A_ROW` attempts, each logged, instead of ending silently; with
+/// flushes that succeed it runs until the driver is shut down, then ends with `Ok`.
+#[tokio::test(start_paused = true)]
+async fn flush_every_reports_failures_in_a_row_and_ends_on_shutdown() {
+    let (logs, _guard) = Logs::capture();
+    let clock = Clock::wall();
+    let failing = SlowComplete::new(clock, Duration::ZERO, usize::MAX);
+    let flushes = failing.flushes.clone();
     let driver = DriverFor::new(failing, clock);
     let result = driver.clone().flush_every(Duration::from_secs(5)).await;
     assert!(
         matches!(result, Err(DriverError::Frontier(FrontierError::Store(_)))),
         "{result:?}"
     );
+    let limit = FLUSH_FAILURES_IN_A_ROW as usize;
+    assert_eq!(flushes.load(Ordering::SeqCst), limit);
+    let errors = logs.errors();
+    assert_eq!(errors.len(), limit, "{errors:#?}");
+    assert!(errors[limit - 1].contains("giving up"), "{errors:#?}");
 
-    let healthy = SlowComplete {
-        inner: Frontier::in_memory(Settings::default(), clock.now()).unwrap(),
-        slow: Duration::ZERO,
-        flush_fails: false,
-    };
+    let healthy = SlowComplete::new(clock, Duration::ZERO, 0);
     let driver = DriverFor::new(healthy, clock);
     let flusher = tokio::spawn(driver.clone().flush_every(Duration::from_secs(5)));
     tokio::time::sleep(Duration::from_secs(12)).await;

@@ -38,14 +38,17 @@ impl Harness for Fs {
         FsStore::open(&dir, self.config).unwrap_or_else(|e| panic!("reopen: {e}"))
     }
 
-    fn corrupt_payload(&mut self, store: &mut FsStore, seq: u64) -> bool {
-        let Some(found) = common::find_entry(store.dir(), seq) else {
-            return false;
-        };
+    fn corrupt_payload(&mut self, store: &mut FsStore, seq: u64) {
+        let found = common::find_entry(store.dir(), seq).unwrap_or_else(|| {
+            panic!(
+                "no entry record of #{seq} in the segments of {}",
+                store.dir().display()
+            )
+        });
+        assert!(!found.payload.is_empty(), "#{seq} has an empty payload");
         // A payload whose format-version byte is wrong, under a valid checksum.
         let junk = vec![0xff; found.payload.len()];
         common::rewrite_with_crc(&found, found.payload.start, &junk);
-        true
     }
 }
 

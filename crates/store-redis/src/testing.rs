@@ -3,8 +3,8 @@
 //! [`RedisServer::start`] runs the `redis-server` binary (from `$REDIS_SERVER`, else the
 //! `PATH`) on a free loopback port without persistence (`--save '' --appendonly no`) and
 //! stops it, by its process id, when dropped. When the binary is missing it prints a
-//! visible `SKIP` line and returns `None`, unless `REQUIRE_REDIS=1` is set, where a missing
-//! server is an error (CI installs it).
+//! visible `SKIP` line and returns `None`, unless `REQUIRE_REDIS=1` or `CI` (any non-empty
+//! value) is set, where a missing server is an error: no test passes by skipping in CI.
 //!
 //! ```no_run
 //! use polite_store_redis::testing::RedisServer;
@@ -54,9 +54,11 @@ fn watchdog(pid: u32) -> Option<(Child, ChildStdin)> {
     Some((sh, stdin))
 }
 
-/// Whether `REQUIRE_REDIS=1` is set: a missing server must fail the test.
+/// Whether a missing server must fail the test: `REQUIRE_REDIS=1` is set, or `CI` is set
+/// to any non-empty value.
 pub fn redis_required() -> bool {
     std::env::var("REQUIRE_REDIS").is_ok_and(|v| v == "1")
+        || std::env::var_os("CI").is_some_and(|v| !v.is_empty())
 }
 
 fn binary() -> Option<PathBuf> {
@@ -68,6 +70,14 @@ fn binary() -> Option<PathBuf> {
     std::env::split_paths(&path)
         .map(|d| d.join("redis-server"))
         .find(|p| p.is_file())
+}
+
+/// Where [`binary`] looked, for the message when it found nothing.
+fn where_looked() -> String {
+    match std::env::var_os("REDIS_SERVER") {
+        Some(p) => format!("REDIS_SERVER={} is not a file", PathBuf::from(p).display()),
+        None => "not on the PATH".to_owned(),
+    }
 }
 
 fn ping(port: u16) -> bool {
@@ -84,21 +94,24 @@ fn ping(port: u16) -> bool {
 
 impl RedisServer {
     /// Starts a server for the test `name` (used in the SKIP line and its scratch
-    /// folder). `Ok(None)`: no binary and `REQUIRE_REDIS` is not set (a SKIP line was
-    /// printed). `Err`: the binary is missing while required, or the server did not come
-    /// up.
+    /// folder). `Ok(None)`: no binary and neither `REQUIRE_REDIS` nor `CI` is set (a SKIP
+    /// line was printed). `Err`: the binary is missing while required (see
+    /// [`redis_required`]), or the server did not come up.
     pub fn start(name: &str) -> Result<Option<RedisServer>, String> {
         let Some(bin) = binary() else {
             if redis_required() {
                 return Err(format!(
-                    "{name}: redis-server not found but REQUIRE_REDIS=1 \
-                     (apt-get install -y redis-server)"
+                    "{name}: redis-server is required (REQUIRE_REDIS=1 or CI is set) but was \
+                     not found: {} (apt-get install -y redis-server)",
+                    where_looked()
                 ));
             }
             // Straight to the process's stderr: the test harness captures eprintln!.
             let _ = writeln!(
                 std::io::stderr(),
-                "SKIP {name}: redis-server not found (set REQUIRE_REDIS=1 to fail instead)"
+                "SKIP {name}: redis-server not found: {} (set REQUIRE_REDIS=1 or CI to fail \
+                 instead)",
+                where_looked()
             );
             return Ok(None);
         };
@@ -150,7 +163,8 @@ impl RedisServer {
         Err(last_err)
     }
 
-    /// Starts a server or panics (see [`start`](Self::start)); `None` means skipped.
+    /// Starts a server or panics (see [`start`](Self::start)); `None` means skipped,
+    /// which never happens when [`redis_required`].
     pub fn start_or_skip(name: &str) -> Option<RedisServer> {
         match Self::start(name) {
             Ok(s) => s,

@@ -122,7 +122,7 @@ use polite_frontier_core::Durability;
 // Named by the docs.
 #[cfg(doc)]
 use polite_frontier_core::Store;
-use rusqlite::Connection;
+use rusqlite::{Connection, OpenFlags};
 
 mod error;
 mod hibernation;
@@ -211,9 +211,21 @@ const LEASE_SLACK: u64 = 4096;
 impl SqliteStore {
     /// Opens (or creates) the frontier database at `path`.
     pub fn open(path: impl AsRef<Path>, options: SqliteOptions) -> Result<Self, SqliteError> {
-        let path = path.as_ref().to_path_buf();
+        Self::open_with_flags(path.as_ref(), options, OpenFlags::default())
+    }
+
+    /// [`open`](Self::open) with SQLite's own open flags: the tests open with
+    /// `SQLITE_OPEN_READ_ONLY`, what SQLite falls back to for a file it cannot write,
+    /// to check that the store reports it as root too (root writes past permissions).
+    pub(crate) fn open_with_flags(
+        path: &Path,
+        options: SqliteOptions,
+        flags: OpenFlags,
+    ) -> Result<Self, SqliteError> {
+        let path = path.to_path_buf();
         let lock = lock_file(&path)?;
-        let conn = Connection::open(&path).map_err(|e| classify(&path, "opening", e))?;
+        let conn =
+            Connection::open_with_flags(&path, flags).map_err(|e| classify(&path, "opening", e))?;
         let mut store = SqliteStore {
             conn,
             path,
@@ -259,6 +271,30 @@ impl Drop for SqliteStore {
         if let Err(e) = self.commit() {
             tracing::warn!(error = %e, "committing the frontier database on close failed");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A database SQLite opens read-only (as it does a file it cannot write) is refused
+    /// when opening, as read-only, whoever runs the test: the integration test
+    /// `a_read_only_database_is_a_clear_error` makes the file itself unwritable.
+    #[test]
+    fn a_database_opened_read_only_is_a_read_only_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("crawl.sqlite3");
+        drop(SqliteStore::open(&path, SqliteOptions::default()).unwrap());
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let err = SqliteStore::open_with_flags(&path, SqliteOptions::default(), flags)
+            .expect_err("a read-only connection was accepted");
+        assert!(matches!(err, SqliteError::ReadOnly { .. }), "{err}");
+        assert!(err.to_string().contains("read-only"), "{err}");
+        // Nothing was changed: it opens read-write as before.
+        drop(SqliteStore::open(&path, SqliteOptions::default()).unwrap());
     }
 }
 

@@ -1,6 +1,6 @@
 //! A budget shared through Redis: two "processes" (two layers, each with its own Redis
 //! connection) on one crawl space their requests to a scope together. Needs
-//! `redis-server` (skips without it, fails under REQUIRE_REDIS=1).
+//! `redis-server` (skips without it, fails under REQUIRE_REDIS=1 or CI).
 #![cfg(feature = "redis")]
 
 use std::convert::Infallible;

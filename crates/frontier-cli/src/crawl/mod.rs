@@ -420,7 +420,8 @@ where
             }
         }
     }
-    // A periodic flush that failed is a failure of the crawl (the store needs attention).
+    // Periodic flushes that kept failing (each one is logged) are a failure of the crawl
+    // (the store needs attention).
     if flusher.is_finished() {
         if let Ok(Err(e)) = flusher.await {
             failure.get_or_insert(anyhow::anyhow!("flushing the store failed: {e}"));
