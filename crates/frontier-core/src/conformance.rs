@@ -85,9 +85,9 @@ fn reopen<H: Harness>(
     settings: Settings,
     now: Timestamp,
 ) -> Frontier<H::Store> {
-    let store = match f.into_store() {
+    let store = match f.close() {
         Ok(s) => s,
-        Err(e) => panic!("flushing the store failed: {e}"),
+        Err(e) => panic!("closing the frontier failed: {e}"),
     };
     open::<H>(h.reopen(store), settings, now)
 }
@@ -318,7 +318,7 @@ pub fn delays_are_applied_once<H: Harness>(h: &mut H) {
     );
 }
 
-/// Throttle scope states saved by `flush` come back: a host backing off stays backed off.
+/// Throttle scope states saved by `checkpoint` come back: a host backing off stays backed off.
 pub fn scope_states_survive_reopen<H: Harness>(h: &mut H) {
     let settings = Settings::default()
         .without_jitter()
@@ -393,9 +393,7 @@ pub fn corrupted_payloads_are_errors<H: Harness>(h: &mut H) {
         &Request::get("https://b.example.com/good").priority(-1),
         t(0),
     );
-    let mut store = f
-        .into_store()
-        .unwrap_or_else(|e| panic!("flush failed: {e}"));
+    let mut store = f.close().unwrap_or_else(|e| panic!("close failed: {e}"));
     if !h.corrupt_payload(&mut store, bad.0) {
         return;
     }

@@ -37,7 +37,7 @@ pub struct FrontierConfig {
     pub policy: Policy,
     /// How seen fingerprints are remembered.
     pub dupefilter: DupeFilterConfig,
-    /// Save throttle scope states in the store on [`flush`](Frontier::flush) and restore
+    /// Save throttle scope states in the store on [`checkpoint`](Frontier::checkpoint) and restore
     /// them on open, so a resumed crawl keeps its backoff and learned rates.
     pub persist_scope_states: bool,
 }
@@ -873,13 +873,16 @@ impl<S: Store> Frontier<S> {
 
     /// Makes every queue change so far durable (one store flush) without saving scope
     /// states: cheap enough to call after each completion, so that a crash repeats only
-    /// the requests that were in flight. [`flush`](Self::flush) also saves scope states.
-    pub fn commit(&mut self) -> Result<(), FrontierError<S::Error>> {
+    /// the requests that were in flight. [`checkpoint`](Self::checkpoint) also saves
+    /// scope states.
+    pub fn flush(&mut self) -> Result<(), FrontierError<S::Error>> {
         self.store.flush().map_err(FrontierError::Store)
     }
 
-    /// Makes everything durable now (and saves scope states if configured).
-    pub fn flush(&mut self) -> Result<(), FrontierError<S::Error>> {
+    /// [`flush`](Self::flush)es and saves the throttle's learned scope states in the
+    /// store (if [`FrontierConfig::persist_scope_states`]), so a reopened frontier keeps
+    /// its backoff and learned rates.
+    pub fn checkpoint(&mut self) -> Result<(), FrontierError<S::Error>> {
         if self.config.persist_scope_states {
             let states: Vec<ScopeSnapshot> = self.throttler.snapshots().collect();
             self.store
@@ -889,10 +892,11 @@ impl<S: Store> Frontier<S> {
         self.store.flush().map_err(FrontierError::Store)
     }
 
-    /// Flushes and hands the store back (to reopen it later). Leases still out are not
-    /// acknowledged: a frontier reopened on the store delivers them again.
-    pub fn into_store(mut self) -> Result<S, FrontierError<S::Error>> {
-        self.flush()?;
+    /// [`checkpoint`](Self::checkpoint)s and hands the store back (to reopen it later).
+    /// Leases still out are not acknowledged: a frontier reopened on the store delivers
+    /// them again.
+    pub fn close(mut self) -> Result<S, FrontierError<S::Error>> {
+        self.checkpoint()?;
         Ok(self.store)
     }
 

@@ -125,14 +125,16 @@ pub trait Scheduling {
         now: Timestamp,
     ) -> Result<(), FrontierError<Self::StoreError>>;
 
-    /// Makes every queue change so far durable (as far as the storage allows).
-    fn commit(&mut self) -> Result<(), FrontierError<Self::StoreError>>;
-
-    /// Makes everything durable now, learned throttle state included where kept.
+    /// Makes every queue change so far durable (as far as the storage allows), without
+    /// saving learned scope states: cheap enough to call after each completion.
     fn flush(&mut self) -> Result<(), FrontierError<Self::StoreError>>;
 
-    /// Flushes and hands back what can be reopened later. Leases still out are not
-    /// acknowledged: they are delivered again.
+    /// [`flush`](Scheduling::flush)es and saves the learned throttle scope states where
+    /// they are kept.
+    fn checkpoint(&mut self) -> Result<(), FrontierError<Self::StoreError>>;
+
+    /// [`checkpoint`](Scheduling::checkpoint)s and hands back what can be reopened later.
+    /// Leases still out are not acknowledged: they are delivered again.
     fn close(self) -> Result<Self::Closed, FrontierError<Self::StoreError>>
     where
         Self: Sized;
@@ -217,16 +219,16 @@ impl<S: Store> Scheduling for Frontier<S> {
         Frontier::reconcile_quota(self, scope, how, now)
     }
 
-    fn commit(&mut self) -> Result<(), FrontierError<S::Error>> {
-        Frontier::commit(self)
-    }
-
     fn flush(&mut self) -> Result<(), FrontierError<S::Error>> {
         Frontier::flush(self)
     }
 
+    fn checkpoint(&mut self) -> Result<(), FrontierError<S::Error>> {
+        Frontier::checkpoint(self)
+    }
+
     fn close(self) -> Result<S, FrontierError<S::Error>> {
-        Frontier::into_store(self)
+        Frontier::close(self)
     }
 }
 
@@ -317,7 +319,7 @@ mod tests {
             Scheduling::poll(&mut f, Timestamp::ZERO).unwrap(),
             Poll::NotUntil(Timestamp::from_secs(1))
         );
-        Scheduling::commit(&mut f).unwrap();
+        Scheduling::flush(&mut f).unwrap();
         let store = Scheduling::close(f).unwrap();
         let mut f = Frontier::open(settings(), Default::default(), store, Timestamp::ZERO).unwrap();
         assert_eq!(f.len(), 1, "the retried request survives a close");
@@ -348,6 +350,6 @@ mod tests {
             )
             .is_ok()
         );
-        Scheduling::flush(&mut f).unwrap();
+        Scheduling::checkpoint(&mut f).unwrap();
     }
 }

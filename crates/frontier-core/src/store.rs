@@ -416,7 +416,7 @@ struct MemoryEntry {
 }
 
 /// The reference store: keeps everything in memory and replays it when a frontier is
-/// reopened on it (see [`Frontier::into_store`](crate::Frontier::into_store)). Every
+/// reopened on it (see [`Frontier::close`](crate::Frontier::close)). Every
 /// operation is immediately "durable". Used by the conformance suite as the model the
 /// persistent stores must match.
 #[derive(Clone, Debug, Default)]

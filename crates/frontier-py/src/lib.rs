@@ -1109,23 +1109,25 @@ impl Core {
         }
     }
 
-    /// Makes every queue change durable now (persistent stores).
+    /// Makes every queue change durable now (persistent stores). Python name kept:
+    /// `commit` is the Rust `flush`.
     fn commit(&mut self) -> PyResult<()> {
-        each!(self.backend()?, f => f.commit().map_err(frontier_err))
-    }
-
-    /// Makes everything durable now, scope states included.
-    fn flush(&mut self) -> PyResult<()> {
         each!(self.backend()?, f => f.flush().map_err(frontier_err))
     }
 
-    /// Flushes and closes the store. Leases still out are delivered again on reopen.
+    /// Makes everything durable now, scope states included. Python name kept: `flush` is
+    /// the Rust `checkpoint`.
+    fn flush(&mut self) -> PyResult<()> {
+        each!(self.backend()?, f => f.checkpoint().map_err(frontier_err))
+    }
+
+    /// Checkpoints and closes the store. Leases still out are delivered again on reopen.
     fn close(&mut self) -> PyResult<()> {
         if let Some(backend) = self.backend.take() {
             match backend {
-                Backend::Memory(f) => drop(f.into_store().map_err(frontier_err)?),
-                Backend::Sqlite(f) => drop(f.into_store().map_err(frontier_err)?),
-                Backend::Redis(mut f) => f.flush().map_err(frontier_err)?,
+                Backend::Memory(f) => drop(f.close().map_err(frontier_err)?),
+                Backend::Sqlite(f) => drop(f.close().map_err(frontier_err)?),
+                Backend::Redis(mut f) => f.checkpoint().map_err(frontier_err)?,
             }
         }
         self.objects.clear();

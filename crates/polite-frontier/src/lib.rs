@@ -49,7 +49,7 @@
 //!     for worker in workers {
 //!         worker.await??;
 //!     }
-//!     driver.shutdown().await?;
+//!     driver.close().await?;
 //!     Ok(())
 //! }
 //! # }

@@ -17,7 +17,7 @@ use crate::turn::Turn;
 pub enum DriverError<E> {
     /// The frontier (or its store) failed.
     Frontier(FrontierError<E>),
-    /// The driver was shut down.
+    /// The driver was closed.
     Closed,
     /// A blocking store call panicked or was cancelled.
     Blocking(String),
@@ -27,7 +27,7 @@ impl<E: std::fmt::Display> std::fmt::Display for DriverError<E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             DriverError::Frontier(e) => e.fmt(f),
-            DriverError::Closed => f.write_str("the frontier driver was shut down"),
+            DriverError::Closed => f.write_str("the frontier driver was closed"),
             DriverError::Blocking(e) => write!(f, "a store call failed to complete: {e}"),
         }
     }
@@ -65,7 +65,7 @@ impl<B, R: Runtime> Inner<B, R> {
     /// Runs `op` on the frontier with the time read once it is ours: another call may
     /// hold it for a while (a store's fsync), and a poll that used the time from before
     /// that wait would record its send as earlier than it goes out, letting the scope's
-    /// next request follow it without its delay. `None` once shut down.
+    /// next request follow it without its delay. `None` once closed.
     fn step<T>(&self, op: impl FnOnce(&mut B, Timestamp) -> T, changes: bool) -> Option<T> {
         let mut frontier = lock(&self.frontier);
         let now = self.clock.now();
@@ -391,30 +391,30 @@ where
         self.blocking(move |f, _| read(f)).await
     }
 
-    /// Makes everything durable now.
+    /// Makes every queue change so far durable, without saving scope states (see
+    /// [`Scheduling::flush`]): call it after a completion to bound what a crash repeats
+    /// to the requests in flight.
     pub async fn flush(&self) -> Result<(), DriverError<B::StoreError>> {
         self.blocking(|f, _| f.flush()).await??;
         Ok(())
     }
 
-    /// Makes every queue change so far durable, without saving scope states (see
-    /// [`Scheduling::commit`]): call it after a completion to bound what a crash repeats
-    /// to the requests in flight.
-    pub async fn commit(&self) -> Result<(), DriverError<B::StoreError>> {
-        self.blocking(|f, _| f.commit()).await??;
+    /// Flushes and saves the learned scope states (see [`Scheduling::checkpoint`]).
+    pub async fn checkpoint(&self) -> Result<(), DriverError<B::StoreError>> {
+        self.blocking(|f, _| f.checkpoint()).await??;
         Ok(())
     }
 
-    /// Flushes every `every` (on the driver's clock) until the driver is shut down (group
+    /// Checkpoints every `every` (on the driver's clock) until the driver is closed (group
     /// commit's time bound while the crawl is idle). Spawn it on your executor and look at
-    /// its result: `Ok` once the driver is shut down, the error of the first flush that
-    /// failed otherwise (flushing stops there: a store that cannot flush needs attention,
-    /// not retries). `tokio::spawn(driver.clone().flush_every(..))`,
-    /// `smol::spawn(driver.clone().flush_every(..))`.
-    pub async fn flush_every(self, every: Duration) -> Result<(), DriverError<B::StoreError>> {
+    /// its result: `Ok` once the driver is closed, the error of the first checkpoint that
+    /// failed otherwise (checkpointing stops there: a store that cannot flush needs
+    /// attention, not retries). `tokio::spawn(driver.clone().checkpoint_every(..))`,
+    /// `smol::spawn(driver.clone().checkpoint_every(..))`.
+    pub async fn checkpoint_every(self, every: Duration) -> Result<(), DriverError<B::StoreError>> {
         loop {
             self.inner.clock.sleep(every).await;
-            match self.flush().await {
+            match self.checkpoint().await {
                 Ok(()) => {}
                 Err(DriverError::Closed) => return Ok(()),
                 Err(e) => return Err(e),
@@ -422,11 +422,11 @@ where
         }
     }
 
-    /// Stops the driver: flushes the store and hands it back (see
-    /// [`Scheduling::close`]). Leases still out are not acknowledged; a frontier reopened
+    /// Stops the driver: checkpoints the frontier and hands back what can be reopened
+    /// (see [`Scheduling::close`]; the store, for a [`Frontier`](polite_frontier_core::Frontier)). Leases still out are not acknowledged; a frontier reopened
     /// on the store delivers them again. Other handles get [`DriverError::Closed`], and
     /// their `next` ends.
-    pub async fn shutdown(&self) -> Result<B::Closed, DriverError<B::StoreError>>
+    pub async fn close(&self) -> Result<B::Closed, DriverError<B::StoreError>>
     where
         B::Closed: Send + 'static,
     {

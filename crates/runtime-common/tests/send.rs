@@ -48,6 +48,7 @@ fn futures_are_send() {
     let d3 = d.clone();
     spawnable(async move {
         let _ = d3.flush().await;
+        let _ = d3.checkpoint().await;
     });
     let d4 = d.clone();
     spawnable(async move {

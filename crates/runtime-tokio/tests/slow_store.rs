@@ -19,8 +19,8 @@ use polite_throttle_core::{
 struct SlowComplete {
     inner: Frontier<VolatileStore>,
     slow: Duration,
-    /// Every flush fails (a store whose disk went away).
-    flush_fails: bool,
+    /// Every checkpoint fails (a store whose disk went away).
+    checkpoint_fails: bool,
 }
 
 type Error = FrontierError<<Frontier<VolatileStore> as Scheduling>::StoreError>;
@@ -88,15 +88,15 @@ impl Scheduling for SlowComplete {
         self.inner.reconcile_quota(scope, how, now)
     }
 
-    fn commit(&mut self) -> Result<(), Error> {
-        self.inner.commit()
+    fn flush(&mut self) -> Result<(), Error> {
+        self.inner.flush()
     }
 
-    fn flush(&mut self) -> Result<(), Error> {
-        if self.flush_fails {
+    fn checkpoint(&mut self) -> Result<(), Error> {
+        if self.checkpoint_fails {
             return Err(FrontierError::Store(MemoryStoreError::UnknownSeq(0)));
         }
-        self.inner.flush()
+        self.inner.checkpoint()
     }
 
     fn close(self) -> Result<VolatileStore, Error> {
@@ -114,7 +114,7 @@ async fn a_poll_behind_a_slow_call_keeps_the_scope_delay() {
     let frontier = SlowComplete {
         inner: Frontier::in_memory(settings, clock.now()).unwrap(),
         slow: Duration::from_millis(800),
-        flush_fails: false,
+        checkpoint_fails: false,
     };
     let driver = DriverFor::new(frontier, clock);
     let requests = (0..3).map(|i| Request::get(format!("http://a.test/{i}")));
@@ -142,18 +142,21 @@ async fn a_poll_behind_a_slow_call_keeps_the_scope_delay() {
     );
 }
 
-/// `flush_every` reports the first flush that fails (and stops there) instead of
-/// ending silently, and ends with `Ok` once the driver is shut down.
+/// `checkpoint_every` reports the first checkpoint that fails (and stops there) instead
+/// of ending silently, and ends with `Ok` once the driver is closed.
 #[tokio::test(start_paused = true)]
-async fn flush_every_reports_a_failed_flush_and_ends_on_shutdown() {
+async fn checkpoint_every_reports_a_failed_checkpoint_and_ends_on_close() {
     let clock = Clock::wall();
     let failing = SlowComplete {
         inner: Frontier::in_memory(Settings::default(), clock.now()).unwrap(),
         slow: Duration::ZERO,
-        flush_fails: true,
+        checkpoint_fails: true,
     };
     let driver = DriverFor::new(failing, clock);
-    let result = driver.clone().flush_every(Duration::from_secs(5)).await;
+    let result = driver
+        .clone()
+        .checkpoint_every(Duration::from_secs(5))
+        .await;
     assert!(
         matches!(result, Err(DriverError::Frontier(FrontierError::Store(_)))),
         "{result:?}"
@@ -162,12 +165,15 @@ async fn flush_every_reports_a_failed_flush_and_ends_on_shutdown() {
     let healthy = SlowComplete {
         inner: Frontier::in_memory(Settings::default(), clock.now()).unwrap(),
         slow: Duration::ZERO,
-        flush_fails: false,
+        checkpoint_fails: false,
     };
     let driver = DriverFor::new(healthy, clock);
-    let flusher = tokio::spawn(driver.clone().flush_every(Duration::from_secs(5)));
+    let checkpointer = tokio::spawn(driver.clone().checkpoint_every(Duration::from_secs(5)));
     tokio::time::sleep(Duration::from_secs(12)).await;
-    assert!(!flusher.is_finished(), "flushes that succeed go on");
-    driver.shutdown().await.unwrap();
-    assert!(flusher.await.unwrap().is_ok());
+    assert!(
+        !checkpointer.is_finished(),
+        "checkpoints that succeed go on"
+    );
+    driver.close().await.unwrap();
+    assert!(checkpointer.await.unwrap().is_ok());
 }

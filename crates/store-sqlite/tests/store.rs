@@ -131,7 +131,7 @@ fn a_damaged_database_page_is_a_clear_error() {
             )
             .unwrap();
         }
-        let store = f.into_store().unwrap();
+        let store = f.close().unwrap();
         store
             .connection()
             .execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")

@@ -65,11 +65,11 @@ impl Scheduling for RedisFrontier {
 
     /// Every operation is applied by the server when it returns; its durability is the
     /// server's (AOF / replication), not this client's.
-    fn commit(&mut self) -> Result<()> {
+    fn flush(&mut self) -> Result<()> {
         Ok(())
     }
 
-    fn flush(&mut self) -> Result<()> {
+    fn checkpoint(&mut self) -> Result<()> {
         Ok(())
     }
 
