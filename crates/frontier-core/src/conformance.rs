@@ -7,18 +7,18 @@
 //!
 //! ```
 //! use polite_frontier_core::conformance::Harness;
-//! use polite_frontier_core::MemoryStore;
+//! use polite_frontier_core::ReferenceStore;
 //!
 //! struct Memory;
 //! impl Harness for Memory {
-//!     type Store = MemoryStore;
-//!     fn create(&mut self) -> MemoryStore {
-//!         MemoryStore::new()
+//!     type Store = ReferenceStore;
+//!     fn create(&mut self) -> ReferenceStore {
+//!         ReferenceStore::new()
 //!     }
-//!     fn reopen(&mut self, store: MemoryStore) -> MemoryStore {
+//!     fn reopen(&mut self, store: ReferenceStore) -> ReferenceStore {
 //!         store
 //!     }
-//!     fn corrupt_payload(&mut self, store: &mut MemoryStore, seq: u64) -> bool {
+//!     fn corrupt_payload(&mut self, store: &mut ReferenceStore, seq: u64) -> bool {
 //!         store.overwrite_payload(seq, &[0xff]).is_ok()
 //!     }
 //! }

@@ -49,7 +49,7 @@
 //! - The [`Scheduling`] trait the runtime drivers drive: implemented by [`Frontier`] and by
 //!   frontiers shared between processes (`polite-store-redis`).
 //! - The synchronous [`Store`] trait, [`VolatileStore`] (persists nothing, leanest),
-//!   [`MemoryStore`] (the reference), and the store conformance suite (feature
+//!   [`ReferenceStore`] (the reference), and the store conformance suite (feature
 //!   `testing`).
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -85,8 +85,8 @@ pub use scheduler::Policy;
 pub use scheduling::Scheduling;
 pub use stats::FrontierStats;
 pub use store::{
-    Durability, EntryMeta, INLINE_PAYLOAD, MemoryStore, MemoryStoreError, Payload, RecoveryVisitor,
-    Store, VolatileStore,
+    Durability, EntryMeta, INLINE_PAYLOAD, MemoryStoreError, Payload, RecoveryVisitor,
+    ReferenceStore, Store, VolatileStore,
 };
 
 // The README's examples compile and run as doctests.

@@ -235,7 +235,7 @@ impl<S: Store> Scheduling for Frontier<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{MemoryStore, VolatileStore};
+    use crate::{ReferenceStore, VolatileStore};
     use alloc::string::{String, ToString};
     use polite_throttle_core::{ScopeConfig, Settings};
 
@@ -304,7 +304,7 @@ mod tests {
 
     #[test]
     fn retry_and_close_through_the_trait() {
-        let store = MemoryStore::new();
+        let store = ReferenceStore::new();
         let mut f = Frontier::open(settings(), Default::default(), store, Timestamp::ZERO).unwrap();
         Scheduling::push(&mut f, &Request::get("https://b.com/x"), Timestamp::ZERO).unwrap();
         let Poll::Ready(lease) = Scheduling::poll(&mut f, Timestamp::ZERO).unwrap() else {

@@ -101,7 +101,7 @@ pub trait Store {
     /// executor and call the others inline. Persistent stores keep the default.
     const BLOCKING: bool = true;
 
-    /// A short name for stats (`memory`, `fs`, `sqlite`, ...).
+    /// A short name for stats (`volatile`, `reference`, `fs`, `sqlite`, ...).
     fn kind(&self) -> &'static str;
 
     /// Replays everything the store holds. Called once, when a frontier opens the store.
@@ -176,7 +176,7 @@ pub trait Store {
     fn flush(&mut self) -> Result<(), Self::Error>;
 }
 
-/// Errors of the in-memory stores.
+/// Errors of the in-memory stores ([`VolatileStore`] and [`ReferenceStore`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum MemoryStoreError {
@@ -189,9 +189,9 @@ pub enum MemoryStoreError {
 impl fmt::Display for MemoryStoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            MemoryStoreError::UnknownSeq(s) => write!(f, "memory store: no request #{s}"),
+            MemoryStoreError::UnknownSeq(s) => write!(f, "in-memory store: no request #{s}"),
             MemoryStoreError::DuplicateSeq(s) => {
-                write!(f, "memory store: request #{s} already stored")
+                write!(f, "in-memory store: request #{s} already stored")
             }
         }
     }
@@ -337,7 +337,7 @@ impl Store for VolatileStore {
     }
 
     fn kind(&self) -> &'static str {
-        "memory"
+        "volatile"
     }
     /// Nothing to replay; a frontier opened on a store another frontier used drops that
     /// one's payloads (its handles went with it).
@@ -420,7 +420,7 @@ struct MemoryEntry {
 /// operation is immediately "durable". Used by the conformance suite as the model the
 /// persistent stores must match.
 #[derive(Clone, Debug, Default)]
-pub struct MemoryStore {
+pub struct ReferenceStore {
     entries: BTreeMap<u64, MemoryEntry>,
     callbacks: BTreeMap<u32, Box<str>>,
     fingerprints: Vec<Fingerprint>,
@@ -428,7 +428,7 @@ pub struct MemoryStore {
     next_seq: u64,
 }
 
-impl MemoryStore {
+impl ReferenceStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
@@ -467,13 +467,13 @@ impl MemoryStore {
     }
 }
 
-impl Store for MemoryStore {
+impl Store for ReferenceStore {
     type Handle = ();
     type Error = MemoryStoreError;
     const BLOCKING: bool = false;
 
     fn kind(&self) -> &'static str {
-        "memory"
+        "reference"
     }
 
     fn recover(&mut self, v: &mut dyn RecoveryVisitor<()>) -> Result<(), MemoryStoreError> {

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use polite_frontier_core::{
-    Frontier, FrontierConfig, LeaseId, MemoryStore, Policy, Poll, PushOutcome, Request,
+    Frontier, FrontierConfig, LeaseId, Policy, Poll, PushOutcome, ReferenceStore, Request,
     VolatileStore,
 };
 use polite_throttle_core::{
@@ -539,7 +539,7 @@ fn stats_use_scrapys_names() {
     let mut f = Frontier::open(
         open_settings(),
         FrontierConfig::default(),
-        MemoryStore::new(),
+        ReferenceStore::new(),
         Timestamp::ZERO,
     )
     .unwrap();
@@ -552,7 +552,7 @@ fn stats_use_scrapys_names() {
     let named = f.stats().named();
     for (name, value) in [
         ("scheduler/enqueued", 1),
-        ("scheduler/enqueued/memory", 1),
+        ("scheduler/enqueued/reference", 1),
         ("scheduler/dequeued", 1),
         ("dupefilter/filtered", 1),
         ("scheduler/leased", 1),
