@@ -14,7 +14,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::time::{Duration, Instant};
 
-use polite_frontier_core::{Frontier, LeaseId, Poll, Request};
+use polite_frontier_core::{Frontier, Poll, Request, RequestId};
 use polite_throttle_core::{
     BackoffConfig, Outcome, RampupConfig, ScopeConfig, Settings, Timestamp,
 };
@@ -84,7 +84,7 @@ fn page_of(url: &str) -> u64 {
 }
 
 struct Flight {
-    lease: LeaseId,
+    lease: RequestId,
     request: Request,
     status: u16,
     retry_after: Option<&'static str>,

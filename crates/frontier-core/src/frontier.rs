@@ -73,16 +73,35 @@ impl FrontierConfig {
     }
 }
 
-/// Identifies a leased request until it is completed or retried.
+/// Identifies a queued request: [`PushOutcome::Queued`] returns it, and the [`Lease`]
+/// that hands the request out carries it ([`Lease::id`]), so that
+/// [`complete`](Frontier::complete) and [`retry`](Frontier::retry) can name it.
+///
+/// How long an id lasts:
+///
+/// - In a [`Frontier`] it is the request's sequence number in its store. The id a push
+///   returns is the id of every lease on that request, including a redelivery after the
+///   store is reopened with the lease unacknowledged.
+/// - A **retry changes it**: [`Frontier::retry`] queues the request again under a new id
+///   (the next sequence number, which is not returned; the lease that hands the request
+///   out again carries it). The old id is then unknown: `complete` or `retry` with it
+///   return `false`.
+/// - A frontier shared through Redis (`polite-store-redis`) returns the sequence number
+///   from a push too, but a lease's id also counts the request's redeliveries (the
+///   sequence number plus 2^40 times the redelivery count modulo 64): a lease that expired
+///   and went to another worker has a new id, so the worker that lost it cannot end the
+///   new one. A retry there also queues the request under a new sequence number.
+///
+/// [`FrontierError::Corrupt`] names the lease of an undecodable request by this id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct LeaseId(pub u64);
+pub struct RequestId(pub u64);
 
 /// A request handed out by [`Frontier::poll`]: send it, then
 /// [`complete`](Frontier::complete) or [`retry`](Frontier::retry) it.
 #[derive(Clone, Debug, PartialEq)]
 #[must_use = "a lease holds throttling slots until it is completed or retried"]
 pub struct Lease {
-    id: LeaseId,
+    id: RequestId,
     /// The request to send.
     pub request: Request,
 }
@@ -90,12 +109,12 @@ pub struct Lease {
 impl Lease {
     /// A lease on `request` (for [`Scheduling`](crate::Scheduling) implementations that
     /// hand out leases of their own).
-    pub fn new(id: LeaseId, request: Request) -> Self {
+    pub fn new(id: RequestId, request: Request) -> Self {
         Lease { id, request }
     }
 
-    /// The lease's identity.
-    pub fn id(&self) -> LeaseId {
+    /// The leased request's id (see [`RequestId`] for when it changes).
+    pub fn id(&self) -> RequestId {
         self.id
     }
 }
@@ -118,8 +137,9 @@ pub enum Poll {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum PushOutcome {
-    /// Queued (and durable per the store's policy) under this lease id.
-    Queued(LeaseId),
+    /// Queued (and durable per the store's policy) under this id, which the request's
+    /// lease will carry.
+    Queued(RequestId),
     /// Already seen (the duplicate filter), dropped.
     Duplicate,
     /// Deeper than `depth_limit`, dropped.
@@ -142,7 +162,7 @@ pub enum FrontierError<E> {
     /// it to drop it, or retry it after repairing the store.
     Corrupt {
         /// The lease holding the undecodable request.
-        lease: LeaseId,
+        lease: RequestId,
         /// Why it could not be decoded.
         source: DecodeError,
     },
@@ -357,7 +377,7 @@ impl<S: Store> Frontier<S> {
         match rebuild.error {
             Some(RebuildError::Callback(e)) => {
                 return Err(FrontierError::Corrupt {
-                    lease: LeaseId(0),
+                    lease: RequestId(0),
                     source: e,
                 });
             }
@@ -454,7 +474,7 @@ impl<S: Store> Frontier<S> {
         self.stats.enqueued += 1;
         self.stats.depth_max = self.stats.depth_max.max(request.depth);
         self.held_back.update(self.scheduler.delayed());
-        Ok(PushOutcome::Queued(LeaseId(seq)))
+        Ok(PushOutcome::Queued(RequestId(seq)))
     }
 
     /// The priority `request` is queued at: its own, lowered by `depth_priority` per level
@@ -604,7 +624,7 @@ impl<S: Store> Frontier<S> {
                 .codec
                 .decode_plain_host(bytes, self.scheduler.plain_key(group))
                 .map_err(|source| FrontierError::Corrupt {
-                    lease: LeaseId(seq),
+                    lease: RequestId(seq),
                     source,
                 }),
         };
@@ -615,7 +635,7 @@ impl<S: Store> Frontier<S> {
         record.dont_track = request.dont_track;
         leased.map_err(FrontierError::Store)?;
         Ok(Poll::Ready(Lease {
-            id: LeaseId(seq),
+            id: RequestId(seq),
             request,
         }))
     }
@@ -638,7 +658,7 @@ impl<S: Store> Frontier<S> {
             .decode_plain_host(bytes, self.scheduler.plain_key(group))
             .map(Some)
             .map_err(|source| FrontierError::Corrupt {
-                lease: LeaseId(seq),
+                lease: RequestId(seq),
                 source,
             })
     }
@@ -648,7 +668,7 @@ impl<S: Store> Frontier<S> {
     /// that is unknown or already ended.
     pub fn complete(
         &mut self,
-        lease: LeaseId,
+        lease: RequestId,
         outcome: &Outcome<'_>,
         now: Timestamp,
     ) -> Result<bool, FrontierError<S::Error>> {
@@ -668,7 +688,7 @@ impl<S: Store> Frontier<S> {
     /// duplicate filter. Returns `false` for a lease that is unknown or already ended.
     pub fn retry(
         &mut self,
-        lease: LeaseId,
+        lease: RequestId,
         outcome: &Outcome<'_>,
         priority_adjust: i32,
         now: Timestamp,
@@ -692,7 +712,7 @@ impl<S: Store> Frontier<S> {
     /// of `key`.
     fn requeue(
         &mut self,
-        lease: LeaseId,
+        lease: RequestId,
         rec: LeaseRecord<S::Handle>,
         key: &str,
         priority_adjust: i32,

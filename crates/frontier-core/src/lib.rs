@@ -78,7 +78,7 @@ mod store;
 pub use codec::{CallbackTable, Codec, DecodeError, DecodeErrorKind, EncodeError, FORMAT_VERSION};
 pub use dupefilter::{BloomFilter, DupeFilter, DupeFilterConfig, DupeFilterConfigError, PrefixSet};
 pub use fingerprint::*;
-pub use frontier::{Frontier, FrontierConfig, FrontierError, Lease, LeaseId, Poll, PushOutcome};
+pub use frontier::{Frontier, FrontierConfig, FrontierError, Lease, Poll, PushOutcome, RequestId};
 pub use group::{InvalidGroupKey, InvalidRequest, group_key, host_scope, parse_group_key};
 pub use request::{Extras, Method, Request, ScopeAmount};
 pub use scheduler::Policy;

@@ -32,7 +32,7 @@ use alloc::vec::Vec;
 
 use polite_throttle_core::{CrawlDelayDecision, Outcome, QuotaReconcile, Timestamp};
 
-use crate::frontier::{Frontier, FrontierError, LeaseId, Poll, PushOutcome};
+use crate::frontier::{Frontier, FrontierError, Poll, PushOutcome, RequestId};
 use crate::request::Request;
 use crate::store::Store;
 
@@ -74,7 +74,7 @@ pub trait Scheduling {
     /// unknown or already ended.
     fn complete(
         &mut self,
-        lease: LeaseId,
+        lease: RequestId,
         outcome: &Outcome<'_>,
         now: Timestamp,
     ) -> Result<bool, FrontierError<Self::StoreError>>;
@@ -83,7 +83,7 @@ pub trait Scheduling {
     /// outcome fed backoff. `false` if the lease is unknown or already ended.
     fn retry(
         &mut self,
-        lease: LeaseId,
+        lease: RequestId,
         outcome: &Outcome<'_>,
         priority_adjust: i32,
         now: Timestamp,
@@ -167,7 +167,7 @@ impl<S: Store> Scheduling for Frontier<S> {
 
     fn complete(
         &mut self,
-        lease: LeaseId,
+        lease: RequestId,
         outcome: &Outcome<'_>,
         now: Timestamp,
     ) -> Result<bool, FrontierError<S::Error>> {
@@ -176,7 +176,7 @@ impl<S: Store> Scheduling for Frontier<S> {
 
     fn retry(
         &mut self,
-        lease: LeaseId,
+        lease: RequestId,
         outcome: &Outcome<'_>,
         priority_adjust: i32,
         now: Timestamp,

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use polite_frontier_core::{
-    Frontier, FrontierConfig, LeaseId, Policy, Poll, PushOutcome, ReferenceStore, Request,
+    Frontier, FrontierConfig, Policy, Poll, PushOutcome, ReferenceStore, Request, RequestId,
     VolatileStore,
 };
 use polite_throttle_core::{
@@ -30,7 +30,7 @@ fn frontier(settings: Settings) -> F {
     Frontier::in_memory(settings, Timestamp::ZERO).unwrap()
 }
 
-fn push(f: &mut F, req: Request) -> LeaseId {
+fn push(f: &mut F, req: Request) -> RequestId {
     match f.push(&req, Timestamp::ZERO).unwrap() {
         PushOutcome::Queued(id) => id,
         other => panic!("{} not queued: {other:?}", req.url),

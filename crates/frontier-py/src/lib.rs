@@ -20,7 +20,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hashbrown::HashMap;
 use polite_frontier_core::{
-    DupeFilterConfig, Frontier, FrontierConfig, FrontierError, Lease, LeaseId, Method, Poll,
+    DupeFilterConfig, Frontier, FrontierConfig, FrontierError, Lease, RequestId, Method, Poll,
     PushOutcome, Request, Scheduling, ScopeAmount, VolatileStore, fingerprint, host_scope,
     parse_seen_file,
 };
@@ -826,7 +826,7 @@ impl Core {
             None => Vec::new(),
         };
         let outcome = make_outcome(status, &headers, error);
-        let id = LeaseId(lease_id);
+        let id = RequestId(lease_id);
         match self.backend()? {
             Backend::Memory(f) => f.complete(id, &outcome, now).map_err(frontier_err),
             Backend::Sqlite(f) => f.complete(id, &outcome, now).map_err(frontier_err),
@@ -852,7 +852,7 @@ impl Core {
             None => Vec::new(),
         };
         let outcome = make_outcome(status, &headers, error);
-        let id = LeaseId(lease_id);
+        let id = RequestId(lease_id);
         match self.backend()? {
             Backend::Memory(f) => f
                 .retry(id, &outcome, priority_adjust, now)

@@ -5,7 +5,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use event_listener::{Event, listener};
-use polite_frontier_core::{FrontierError, Lease, LeaseId, Poll, PushOutcome, Request, Scheduling};
+use polite_frontier_core::{
+    FrontierError, Lease, Poll, PushOutcome, Request, RequestId, Scheduling,
+};
 use polite_throttle_core::{CrawlDelayDecision, Outcome, QuotaReconcile, Timestamp};
 
 use crate::Runtime;
@@ -326,7 +328,7 @@ where
     /// already ended.
     pub async fn complete(
         &self,
-        lease: LeaseId,
+        lease: RequestId,
         outcome: Outcome<'static>,
     ) -> Result<bool, DriverError<B::StoreError>> {
         let done = self
@@ -338,7 +340,7 @@ where
     /// Puts a lease back with its priority adjusted (after its outcome fed backoff).
     pub async fn retry(
         &self,
-        lease: LeaseId,
+        lease: RequestId,
         outcome: Outcome<'static>,
         priority_adjust: i32,
     ) -> Result<bool, DriverError<B::StoreError>> {

@@ -53,7 +53,7 @@ fn futures_are_send() {
     let d4 = d.clone();
     spawnable(async move {
         let _ = d4
-            .complete(polite_frontier_core::LeaseId(0), Outcome::status(200))
+            .complete(polite_frontier_core::RequestId(0), Outcome::status(200))
             .await;
     });
     let t = Throttle::new(Default::default(), Instant0).unwrap();

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use polite_frontier_core::{
-    Frontier, FrontierError, LeaseId, MemoryStoreError, Poll, PushOutcome, Request, Scheduling,
+    Frontier, FrontierError, MemoryStoreError, Poll, PushOutcome, Request, RequestId, Scheduling,
     VolatileStore,
 };
 use polite_runtime_tokio::{Clock, DriverError, DriverFor};
@@ -40,7 +40,7 @@ impl Scheduling for SlowComplete {
 
     fn complete(
         &mut self,
-        lease: LeaseId,
+        lease: RequestId,
         outcome: &Outcome<'_>,
         now: Timestamp,
     ) -> Result<bool, Error> {
@@ -50,7 +50,7 @@ impl Scheduling for SlowComplete {
 
     fn retry(
         &mut self,
-        lease: LeaseId,
+        lease: RequestId,
         outcome: &Outcome<'_>,
         priority_adjust: i32,
         now: Timestamp,

@@ -11,7 +11,7 @@
 
 use std::sync::OnceLock;
 
-use polite_frontier_core::{Frontier, FrontierConfig, LeaseId, Poll, PushOutcome, Request};
+use polite_frontier_core::{Frontier, FrontierConfig, Poll, PushOutcome, Request, RequestId};
 use polite_store_redis::testing::RedisServer;
 use polite_store_redis::{RedisConfig, RedisFrontier, RedisPermit, RedisScopeStats, ScriptMode};
 use polite_throttle_core::{
@@ -173,7 +173,7 @@ fn run_both_with(
     let mut redis = RedisFrontier::open(&server.url(), &crawl_name(), settings, config).unwrap();
     let mut now = start;
     let mut last_until = None;
-    let mut leases: Vec<LeaseId> = Vec::new();
+    let mut leases: Vec<RequestId> = Vec::new();
     let mut compared = 0;
     POLLS.with(|p| p.borrow_mut().clear());
     for (i, step) in steps.iter().enumerate() {

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use polite_frontier_core::{
-    FrontierError, LeaseId, PushOutcome, Request, group_key, parse_group_key,
+    FrontierError, PushOutcome, Request, RequestId, group_key, parse_group_key,
 };
 use polite_throttle_core::{Timestamp, secs_to_duration};
 use redis::Value;
@@ -221,7 +221,7 @@ impl RedisFrontier {
             for (&i, item) in idx.iter().zip(items) {
                 outcomes[i] = match item {
                     Value::Int(-1) => PushOutcome::Duplicate,
-                    other => PushOutcome::Queued(LeaseId(
+                    other => PushOutcome::Queued(RequestId(
                         as_u64(&other).ok_or_else(|| what("bad sequence number"))?,
                     )),
                 };
