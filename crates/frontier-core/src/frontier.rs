@@ -11,12 +11,12 @@ use polite_throttle_core::{
 };
 
 use crate::codec::{Codec, DecodeError, EncodeError};
+use crate::dispatch::{Dispatcher, Policy, SchedPoll};
 use crate::dupefilter::{DupeFilter, DupeFilterConfig, DupeFilterConfigError};
 use crate::fingerprint::{Fingerprint, Fingerprinter};
 use crate::group::{InvalidGroupKey, InvalidRequest, group_key_inline};
 use crate::leases::{LeaseRecord, Leases};
 use crate::request::Request;
-use crate::scheduler::{Policy, SchedPoll, Scheduler};
 use crate::stats::FrontierStats;
 use crate::store::{EntryMeta, RecoveryVisitor, Store, VolatileStore};
 
@@ -205,7 +205,7 @@ impl<E: core::error::Error + 'static> core::error::Error for FrontierError<E> {
 pub struct Frontier<S: Store = VolatileStore> {
     store: S,
     throttler: Throttler,
-    scheduler: Scheduler<S::Handle>,
+    scheduler: Dispatcher<S::Handle>,
     codec: Codec,
     filter: DupeFilter,
     leases: Leases<S::Handle>,
@@ -264,7 +264,7 @@ impl<S: Store> fmt::Debug for Frontier<S> {
 
 /// Rebuilds a frontier from what its store replays.
 struct Rebuild<'a, H> {
-    scheduler: &'a mut Scheduler<H>,
+    scheduler: &'a mut Dispatcher<H>,
     codec: &'a mut Codec,
     filter: &'a mut DupeFilter,
     throttler: &'a mut Throttler,
@@ -350,7 +350,7 @@ impl<S: Store> Frontier<S> {
         mut store: S,
         now: Timestamp,
     ) -> Result<Self, FrontierError<S::Error>> {
-        let mut scheduler = Scheduler::new(
+        let mut scheduler = Dispatcher::new(
             config.policy,
             settings.scheduler_order,
             settings.start_order,
@@ -506,7 +506,7 @@ impl<S: Store> Frontier<S> {
 
     /// [`push_all`](Self::push_all)'s loop: request `i + 3 * PUSH_AHEAD` gets its group
     /// key and group and its host's record starts loading; `i + 2 * PUSH_AHEAD` and
-    /// `i + PUSH_AHEAD` take the two steps of [`Scheduler::prefetch_push`]; request `i`
+    /// `i + PUSH_AHEAD` take the two steps of [`Dispatcher::prefetch_push`]; request `i`
     /// is pushed with its key computed already.
     fn push_pipelined(
         &mut self,

@@ -63,25 +63,25 @@ mod buckets;
 mod codec;
 #[cfg(feature = "testing")]
 pub mod conformance;
+mod dispatch;
 mod dupefilter;
 mod fingerprint;
 mod frontier;
 mod group;
 mod leases;
 mod request;
-mod scheduler;
 mod scheduling;
 mod spill;
 mod stats;
 mod store;
 
 pub use codec::{CallbackTable, Codec, DecodeError, DecodeErrorKind, EncodeError, FORMAT_VERSION};
+pub use dispatch::Policy;
 pub use dupefilter::{BloomFilter, DupeFilter, DupeFilterConfig, DupeFilterConfigError, PrefixSet};
 pub use fingerprint::*;
 pub use frontier::{Frontier, FrontierConfig, FrontierError, Lease, Poll, PushOutcome, RequestId};
 pub use group::{InvalidGroupKey, InvalidRequest, group_key, host_scope, parse_group_key};
 pub use request::{Extras, Method, Request, ScopeAmount};
-pub use scheduler::Policy;
 pub use scheduling::Scheduling;
 pub use stats::FrontierStats;
 pub use store::{

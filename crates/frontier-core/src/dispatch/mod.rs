@@ -18,7 +18,7 @@
 //! all at once. Requests held only by their own `delay` wait in the event heap and join
 //! their group, at their sequence position, when it ends.
 //!
-//! Here: the [`Scheduler`] and its accessors. Its parts: `groups` (groups by scope set,
+//! Here: the [`Dispatcher`] and its accessors. Its parts: `groups` (groups by scope set,
 //! their creation and collection), `tiers` (the candidate order), `parking` (groups parked
 //! on the scope that stops them, scope timers and wake-ups) and `poll` (queueing, and
 //! picking and handing out the next request).
@@ -67,8 +67,8 @@ enum GroupState {
     Parked(u32),
 }
 
-/// How many polls ahead the scheduler starts loading a group's record (see
-/// [`Scheduler::prefetch_ahead`]). Far enough for a load from memory to arrive in time
+/// How many polls ahead the dispatcher starts loading a group's record (see
+/// [`Dispatcher::prefetch_ahead`]). Far enough for a load from memory to arrive in time
 /// at a few hundred nanoseconds per poll.
 const RECORD_AHEAD: usize = 6;
 /// How many polls ahead it loads what a group's record points to (by then the record
@@ -112,7 +112,7 @@ enum Candidates {
     },
 }
 
-/// What [`Scheduler::poll`] found.
+/// What [`Dispatcher::poll`] found.
 pub(crate) enum SchedPoll<'l, H> {
     /// Reserved, taken out of its group and recorded as leased.
     Ready {
@@ -129,7 +129,7 @@ pub(crate) enum SchedPoll<'l, H> {
     Empty,
 }
 
-pub(crate) struct Scheduler<H> {
+pub(crate) struct Dispatcher<H> {
     policy: Policy,
     order: QueueOrder,
     start_order: StartOrder,
@@ -151,9 +151,9 @@ pub(crate) struct Scheduler<H> {
     queued: usize,
 }
 
-impl<H> Scheduler<H> {
+impl<H> Dispatcher<H> {
     pub(crate) fn new(policy: Policy, order: QueueOrder, start_order: StartOrder) -> Self {
-        Scheduler {
+        Dispatcher {
             policy,
             order,
             start_order,

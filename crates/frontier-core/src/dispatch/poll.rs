@@ -7,13 +7,13 @@ use polite_throttle_core::{NotReady, Permit, Throttler, Timestamp};
 use super::groups::{Scopes, acquire};
 use super::tiers::Rank;
 use super::{
-    Candidates, Delayed, Event, GroupState, POINTEES_AHEAD, Policy, RECORD_AHEAD, SERVING_AHEAD,
-    SchedPoll, Scheduler,
+    Candidates, Delayed, Dispatcher, Event, GroupState, POINTEES_AHEAD, Policy, RECORD_AHEAD,
+    SERVING_AHEAD, SchedPoll,
 };
 use crate::buckets::{BucketKey, Entry};
 use crate::leases::{LeaseRecord, Leases};
 
-impl<H> Scheduler<H> {
+impl<H> Dispatcher<H> {
     /// Adds a queued request to `group`; `not_before` holds it aside until then.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn insert(
