@@ -17,6 +17,7 @@ use crate::fingerprint::{Fingerprint, Fingerprinter};
 use crate::group::{InvalidGroupKey, InvalidRequest, group_key_inline};
 use crate::leases::{LeaseRecord, Leases};
 use crate::request::Request;
+use crate::settings::{QueueOrder, StartOrder};
 use crate::stats::FrontierStats;
 use crate::store::{EntryMeta, RecoveryVisitor, Store, VolatileStore};
 
@@ -28,23 +29,45 @@ const PUSH_AHEAD: usize = 4;
 /// power of two.
 const PUSH_RING: usize = 16;
 
-/// Options of the frontier itself (the throttling and ordering settings are in
-/// [`Settings`]).
+/// Options of the frontier itself: its ordering settings and how it schedules, filters
+/// and persists (the throttling settings are in [`Settings`]).
+///
+/// With the `serde` feature, the four ordering settings (`depth_priority`, `depth_limit`,
+/// `scheduler_order`, `start_order`) (de)serialise with Scrapy's names; the other options
+/// are for code only and keep their defaults. Users write the ordering keys in the same
+/// table as the throttler's: read such a table with [`SettingsFile`](crate::SettingsFile).
 #[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
 #[non_exhaustive]
 pub struct FrontierConfig {
+    /// `priority -= depth × depth_priority`.
+    pub depth_priority: i32,
+    /// Requests deeper than this are dropped (0 = no limit).
+    pub depth_limit: u32,
+    /// Order within a priority for non-start requests.
+    pub scheduler_order: QueueOrder,
+    /// Order within a priority for start requests.
+    pub start_order: StartOrder,
     /// How ready groups are chosen.
+    #[cfg_attr(feature = "serde", serde(skip))]
     pub policy: Policy,
     /// How seen fingerprints are remembered.
+    #[cfg_attr(feature = "serde", serde(skip))]
     pub dupefilter: DupeFilterConfig,
-    /// Save throttle scope states in the store on [`checkpoint`](Frontier::checkpoint) and restore
-    /// them on open, so a resumed crawl keeps its backoff and learned rates.
+    /// Save throttle scope states in the store on [`checkpoint`](Frontier::checkpoint) and
+    /// restore them on open, so a resumed crawl keeps its backoff and learned rates.
+    #[cfg_attr(feature = "serde", serde(skip))]
     pub persist_scope_states: bool,
 }
 
 impl Default for FrontierConfig {
     fn default() -> Self {
         FrontierConfig {
+            depth_priority: 0,
+            depth_limit: 0,
+            scheduler_order: QueueOrder::Lifo,
+            start_order: StartOrder::Fifo,
             policy: Policy::ThrottlingAware,
             dupefilter: DupeFilterConfig::Exact,
             persist_scope_states: true,
@@ -53,6 +76,30 @@ impl Default for FrontierConfig {
 }
 
 impl FrontierConfig {
+    /// Sets `priority -= depth * depth_priority`.
+    #[must_use]
+    pub fn depth_priority(mut self, value: i32) -> Self {
+        self.depth_priority = value;
+        self
+    }
+    /// Sets the depth beyond which requests are dropped (0 = no limit).
+    #[must_use]
+    pub fn depth_limit(mut self, value: u32) -> Self {
+        self.depth_limit = value;
+        self
+    }
+    /// Sets the order within a priority for non-start requests.
+    #[must_use]
+    pub fn scheduler_order(mut self, value: QueueOrder) -> Self {
+        self.scheduler_order = value;
+        self
+    }
+    /// Sets the order within a priority for start requests.
+    #[must_use]
+    pub fn start_order(mut self, value: StartOrder) -> Self {
+        self.start_order = value;
+        self
+    }
     /// Sets the scheduling policy.
     #[must_use]
     pub fn policy(mut self, value: Policy) -> Self {
@@ -350,13 +397,10 @@ impl<S: Store> Frontier<S> {
         mut store: S,
         now: Timestamp,
     ) -> Result<Self, FrontierError<S::Error>> {
-        let mut scheduler = Dispatcher::new(
-            config.policy,
-            settings.scheduler_order,
-            settings.start_order,
-        );
+        let mut scheduler =
+            Dispatcher::new(config.policy, config.scheduler_order, config.start_order);
         let held_back = HeldBackMonitor::new(settings.delayed_requests_warn_threshold as usize);
-        let (depth_priority, depth_limit) = (settings.depth_priority, settings.depth_limit);
+        let (depth_priority, depth_limit) = (config.depth_priority, config.depth_limit);
         let mut throttler = Throttler::new(settings, now).map_err(FrontierError::Config)?;
         let mut filter = DupeFilter::new(config.dupefilter).map_err(FrontierError::DupeFilter)?;
         let mut codec = Codec::new();

@@ -71,6 +71,7 @@ mod group;
 mod leases;
 mod request;
 mod scheduling;
+mod settings;
 mod spill;
 mod stats;
 mod store;
@@ -83,6 +84,7 @@ pub use frontier::{Frontier, FrontierConfig, FrontierError, Lease, Poll, PushOut
 pub use group::{InvalidGroupKey, InvalidRequest, group_key, host_scope, parse_group_key};
 pub use request::{Extras, Method, Request, ScopeAmount};
 pub use scheduling::Scheduling;
+pub use settings::{QueueOrder, SettingsFile, StartOrder};
 pub use stats::FrontierStats;
 pub use store::{
     Durability, EntryMeta, INLINE_PAYLOAD, MemoryStoreError, Payload, RecoveryVisitor,

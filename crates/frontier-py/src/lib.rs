@@ -20,9 +20,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use hashbrown::HashMap;
 use polite_frontier_core::{
-    DupeFilterConfig, Frontier, FrontierConfig, FrontierError, Lease, RequestId, Method, Poll,
-    PushOutcome, Request, Scheduling, ScopeAmount, VolatileStore, fingerprint, host_scope,
-    parse_seen_file,
+    DupeFilterConfig, Frontier, FrontierConfig, FrontierError, Lease, Method, Poll, PushOutcome,
+    Request, RequestId, Scheduling, ScopeAmount, SettingsFile, VolatileStore, fingerprint,
+    host_scope, parse_seen_file,
 };
 use polite_store_redis::{RedisConfig, RedisFrontier, TimeSource};
 use polite_store_sqlite::{SqliteOptions, SqliteStore};
@@ -72,14 +72,14 @@ fn frontier_err<E: std::fmt::Display>(e: FrontierError<E>) -> PyErr {
     }
 }
 
-/// Parses the settings document (JSON, the keys of `docs/behaviour.md` §2).
-fn parse_settings(json: &str) -> PyResult<Settings> {
-    let settings: Settings = serde_json::from_str(json)
+/// Parses the settings document (JSON, the keys of `docs/behaviour.md` §2): the
+/// throttler's settings and the frontier's ordering keys, in one table.
+fn parse_settings(json: &str) -> PyResult<(Settings, FrontierConfig)> {
+    let file: SettingsFile = serde_json::from_str(json)
         .map_err(|e| PyValueError::new_err(format!("invalid throttling settings: {e}")))?;
-    settings
-        .validate()
+    file.validate()
         .map_err(|e| PyValueError::new_err(format!("invalid throttling settings: {e}")))?;
-    Ok(settings)
+    Ok((file.throttle, file.frontier))
 }
 
 fn dupefilter_config(name: &str) -> PyResult<DupeFilterConfig> {
@@ -514,8 +514,8 @@ impl Core {
         lease_timeout: f64,
         now: Option<f64>,
     ) -> PyResult<Self> {
-        let settings = parse_settings(settings_json)?;
-        let config = FrontierConfig::default().dupefilter(dupefilter_config(dupefilter)?);
+        let (settings, config) = parse_settings(settings_json)?;
+        let config = config.dupefilter(dupefilter_config(dupefilter)?);
         let now = now_or(now)?;
         let (backend, persistent, kind) = match store {
             "memory" => (
@@ -1232,7 +1232,8 @@ impl NativeThrottler {
     #[new]
     #[pyo3(signature = (settings_json, now=None))]
     fn new(settings_json: &str, now: Option<f64>) -> PyResult<Self> {
-        let settings = parse_settings(settings_json)?;
+        // The frontier's ordering keys are accepted (one settings format) and unused.
+        let (settings, _) = parse_settings(settings_json)?;
         let throttler = Throttler::new(settings, now_or(now)?)
             .map_err(|e| PyValueError::new_err(format!("invalid throttling settings: {e}")))?;
         Ok(NativeThrottler {

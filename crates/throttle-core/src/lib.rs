@@ -98,8 +98,8 @@ mod time;
 mod waiters;
 
 pub use config::{
-    BackoffConfig, BackoffTarget, ConfigError, Jitter, QueueOrder, Rampup, RampupConfig,
-    ScopeConfig, Seconds, Settings, StartOrder,
+    BackoffConfig, BackoffTarget, ConfigError, Jitter, Rampup, RampupConfig, ScopeConfig, Seconds,
+    Settings,
 };
 pub use headers::{
     budget_reset, header_delay, parse_http_date, parse_ratelimit, parse_ratelimit_reset,

@@ -50,8 +50,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use polite_frontier_core::{
-    Frontier, FrontierConfig, FrontierError, Lease, PushOutcome, Request, Scheduling, Store,
-    host_scope,
+    Frontier, FrontierError, Lease, PushOutcome, Request, Scheduling, Store, host_scope,
 };
 use polite_runtime_tokio::{Clock, DriverError, DriverFor, unix_now};
 use polite_store_fs::{FsConfig, FsStore};

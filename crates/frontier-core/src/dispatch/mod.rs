@@ -29,7 +29,9 @@ use alloc::vec::Vec;
 use core::cmp::Reverse;
 
 use hashbrown::HashMap;
-use polite_throttle_core::{QueueOrder, StartOrder, Timestamp};
+use polite_throttle_core::Timestamp;
+
+use crate::settings::{QueueOrder, StartOrder};
 
 use crate::buckets::{BucketKey, Entry, EntryBlocks};
 use crate::leases::LeaseRecord;

@@ -43,7 +43,8 @@ impl RedisFrontier {
     /// `PUSHFMT`: group key, the scopes' kinds, fingerprint, priority, flags, delay,
     /// depth, body); `false` if it is not pushed (too deep).
     fn encode_push(&mut self, request: &Request, batch: &mut Vec<u8>) -> Result<bool> {
-        if self.settings.depth_limit > 0 && request.depth > self.settings.depth_limit {
+        if self.config.frontier.depth_limit > 0 && request.depth > self.config.frontier.depth_limit
+        {
             return Ok(false);
         }
         let delay_ns = match request.delay {
@@ -120,9 +121,9 @@ impl RedisFrontier {
             let cb = cb.clone();
             self.callback_id(&cb)?;
         }
-        let priority = request
-            .priority
-            .saturating_sub((request.depth as i32).saturating_mul(self.settings.depth_priority));
+        let priority = request.priority.saturating_sub(
+            (request.depth as i32).saturating_mul(self.config.frontier.depth_priority),
+        );
         let explicit = request.scopes.as_ref().is_some_and(|s| !s.is_empty());
         let host = (!explicit && !request.dont_throttle).then_some(key);
         let mut flags = 0u8;
