@@ -131,11 +131,17 @@ pub trait Store {
         buf: &'a mut Vec<u8>,
     ) -> Result<&'a [u8], Self::Error>;
 
+    // A cache hint between frontier-core and this workspace's stores, not part of the
+    // store contract: hidden from the docs, and it may change or go without notice.
+    // Stores outside this workspace should leave the defaults.
+    #[doc(hidden)]
     /// Whether [`prefetch`](Self::prefetch) does anything: the frontier only looks up
     /// the next request's handle for a store that wants it (the lookup itself reads
     /// memory). Default: no.
     const PREFETCH: bool = false;
 
+    // The cache hint (see `PREFETCH`): not part of the store contract.
+    #[doc(hidden)]
     /// A hint that request `seq` is likely the next one [`load`](Self::load)ed: a store
     /// that keeps payloads in memory can start bringing it into the CPU cache. The
     /// frontier calls it one poll ahead when [`PREFETCH`](Self::PREFETCH) is set.
@@ -144,6 +150,8 @@ pub trait Store {
         let _ = (seq, handle);
     }
 
+    // The cache hint (see `PREFETCH`): not part of the store contract.
+    #[doc(hidden)]
     /// Whether [`prefetch`](Self::prefetch) would do anything now, asked before the
     /// frontier looks the next request up (a store that sometimes has nothing to fetch
     /// spares it the lookup). Default: [`PREFETCH`](Self::PREFETCH).
@@ -331,7 +339,7 @@ impl Store for VolatileStore {
     fn prefetch(&self, _: u64, handle: &Payload) {
         if !handle.is_inline() {
             for line in self.bytes(handle).unwrap_or(&[]).iter().step_by(64).take(4) {
-                polite_throttle_core::prefetch(line);
+                polite_throttle_core::hooks::prefetch(line);
             }
         }
     }
