@@ -5,9 +5,10 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 
+use polite_throttle_core::hooks::{HeldBackMonitor, secs_to_duration};
 use polite_throttle_core::{
-    ConfigError, CrawlDelayDecision, HeldBackMonitor, Outcome, QuotaReconcile, ScopeSnapshot,
-    Settings, Throttler, Timestamp, secs_to_duration,
+    ConfigError, CrawlDelayDecision, Outcome, QuotaReconcile, ScopeSnapshot, Settings, Throttler,
+    Timestamp,
 };
 
 use crate::codec::{Codec, DecodeError, EncodeError};

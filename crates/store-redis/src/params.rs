@@ -4,9 +4,8 @@
 
 use crate::RedisStoreError;
 use polite_frontier_core::{FrontierConfig, QueueOrder, StartOrder};
-use polite_throttle_core::{
-    Jitter, ScopeConfig, ScopeKind, ScopeParams, Settings, secs_to_duration,
-};
+use polite_throttle_core::hooks::{ScopeKind, ScopeParams, secs_to_duration};
+use polite_throttle_core::{Jitter, ScopeConfig, Settings};
 use serde_json::{Map, Value, json};
 
 /// The digit a scope kind is stored as: `0` IP, `1` domain, `2` other.

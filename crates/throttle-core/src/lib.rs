@@ -87,7 +87,8 @@ macro_rules! event {
 }
 
 mod config;
-mod headers;
+pub mod headers;
+pub mod hooks;
 mod lru;
 mod outcome;
 mod prefetch;
@@ -101,20 +102,13 @@ pub use config::{
     BackoffConfig, BackoffTarget, ConfigError, Jitter, Rampup, RampupConfig, ScopeConfig, Seconds,
     Settings,
 };
-pub use headers::{
-    budget_reset, header_delay, parse_http_date, parse_ratelimit, parse_ratelimit_reset,
-    parse_retry_after, parse_x_ratelimit_reset,
-};
 pub use outcome::Outcome;
-pub use prefetch::prefetch;
-pub use rng::JitterRng;
-pub use scope::{BackoffParams, RampupParams, ScopeKind, ScopeParams, ScopeSnapshot, ScopeStats};
+pub use scope::{ScopeSnapshot, ScopeStats};
 pub use throttler::{
-    CrawlDelayDecision, HeldBackMonitor, MemoryHibernation, NotReady, Permit, QuotaReconcile,
-    RequestFlags, ScopeHibernation, ScopeHint, ScopeSettings, ScopeUse, Throttler, ThrottlerStats,
-    Ticket, TicketPoll,
+    CrawlDelayDecision, MemoryHibernation, NotReady, Permit, QuotaReconcile, RequestFlags,
+    ScopeHibernation, ScopeSettings, ScopeUse, Throttler, ThrottlerStats, Ticket, TicketPoll,
 };
-pub use time::{FakeClock, Timestamp, secs_to_duration};
+pub use time::{FakeClock, Timestamp};
 
 // The README's examples compile and run as doctests.
 #[cfg(doctest)]

@@ -6,9 +6,8 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::cmp::Reverse;
 
-use polite_throttle_core::{
-    NotReady, Permit, RequestFlags, ScopeHint, ScopeUse, Throttler, Timestamp,
-};
+use polite_throttle_core::hooks::ScopeHint;
+use polite_throttle_core::{NotReady, Permit, RequestFlags, ScopeUse, Throttler, Timestamp};
 
 use super::tiers::{amount_key, tier_key};
 use super::{Dispatcher, GroupState, ScopeSlot};

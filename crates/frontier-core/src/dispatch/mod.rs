@@ -232,7 +232,7 @@ impl<H> Dispatcher<H> {
     /// Starts loading group `group`'s record (the first step of a push's prefetch).
     pub(crate) fn prefetch_group(&self, group: u32) {
         if let Some(g) = self.groups.get(group as usize) {
-            polite_throttle_core::prefetch(g);
+            polite_throttle_core::hooks::prefetch(g);
         }
     }
 

@@ -94,7 +94,7 @@ impl<H> Dispatcher<H> {
             .upcoming(RECORD_AHEAD)
             .and_then(|g| groups.get(g as usize))
         {
-            polite_throttle_core::prefetch(g);
+            polite_throttle_core::hooks::prefetch(g);
         }
         let Some(g) = tiers.upcoming(POINTEES_AHEAD) else {
             if let Some(g) = groups.get(serving as usize) {
@@ -110,7 +110,7 @@ impl<H> Dispatcher<H> {
             match &g.scopes {
                 Scopes::One(s) => throttler.prefetch_hint(&s.hint),
                 Scopes::Many(scopes) => {
-                    polite_throttle_core::prefetch(scopes);
+                    polite_throttle_core::hooks::prefetch(scopes);
                     for s in scopes.iter() {
                         throttler.prefetch_hint(&s.hint);
                     }
@@ -120,8 +120,8 @@ impl<H> Dispatcher<H> {
             // first and last bytes, as a key often straddles two lines.
             let key = g.key.as_bytes();
             if let (Some(first), Some(last)) = (key.first(), key.last()) {
-                polite_throttle_core::prefetch(first);
-                polite_throttle_core::prefetch(last);
+                polite_throttle_core::hooks::prefetch(first);
+                polite_throttle_core::hooks::prefetch(last);
             }
             g.buckets
                 .prefetch(&self.blocks, self.head_lifo(g.buckets.first_key()));

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use polite_frontier_core::{
     FrontierError, PushOutcome, Request, RequestId, group_key, parse_group_key,
 };
-use polite_throttle_core::{Timestamp, secs_to_duration};
+use polite_throttle_core::Timestamp;
+use polite_throttle_core::hooks::secs_to_duration;
 use redis::Value;
 
 use crate::error::RedisStoreError;
