@@ -30,7 +30,7 @@ where
     for r in reqs {
         f.push(r, Timestamp::ZERO).unwrap();
     }
-    f.flush().unwrap();
+    f.checkpoint().unwrap();
     f
 }
 

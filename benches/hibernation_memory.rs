@@ -13,7 +13,7 @@
 //! CASE is `fs`, `sqlite` (evicted states go to the store: the default) or
 //! `fs_resident`, `sqlite_resident` (hibernation off: backing-off states stay in memory).
 //! HOSTS defaults to 1,000,000, LIMIT (`throttling_scope_limit`) to 10,000. The crawl
-//! commits every 10,000 operations, as a driver's `flush_every` would. Prints one JSON
+//! flushes every 10,000 operations, as a crawler flushing after completions would. Prints one JSON
 //! object: peak RSS (`VmHWM`), scope states in memory at the end, states hibernated and
 //! woken, hosts served before their Retry-After ended (must be 0), seconds taken. Run
 //! each case in a fresh process.
@@ -66,7 +66,7 @@ where
     let mut tick = |f: &mut Frontier<S>| {
         ops += 1;
         if ops.is_multiple_of(10_000) {
-            f.commit().expect("commit");
+            f.flush().expect("commit");
         }
     };
     let limited = Outcome::response(429, [("Retry-After", RETRY_AFTER)], None);
@@ -90,7 +90,7 @@ where
             tick(&mut f);
         }
     }
-    f.commit().expect("commit");
+    f.flush().expect("commit");
     report.rss_visited = current_rss();
     // Every host returns, a minute later: nothing may go before the hour is over.
     let t1 = Timestamp::from_secs(60);
@@ -107,7 +107,7 @@ where
         f.complete(lease.id(), &Outcome::status(200), t1)
             .expect("complete");
     }
-    f.commit().expect("commit");
+    f.flush().expect("commit");
     let s = f.throttler().stats();
     let extra = format!(
         "\"resident_scopes\": {}, \"hibernated\": {}, \"woken\": {}, \"queued\": {}",

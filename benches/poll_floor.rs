@@ -29,7 +29,7 @@ use std::collections::VecDeque;
 use std::hint::black_box;
 use std::time::Instant;
 
-use polite_throttle_core::prefetch;
+use polite_throttle_core::hooks::prefetch;
 use workspace_benches::{peer_priority, peer_url};
 
 /// Priorities of the peers' workload: -5..=5, best (5) first.

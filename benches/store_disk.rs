@@ -107,7 +107,7 @@ where
         peaks.sample();
     }
     let t0 = Instant::now();
-    f.flush().unwrap_or_else(|e| panic!("{e}"));
+    f.checkpoint().unwrap_or_else(|e| panic!("{e}"));
     push_time += t0.elapsed().as_secs_f64();
     let disk = disk_bytes(dir);
     let rss_queued_mib = rss_mib();
@@ -129,7 +129,7 @@ where
             peaks.sample();
         }
     }
-    f.flush().unwrap_or_else(|e| panic!("{e}"));
+    f.checkpoint().unwrap_or_else(|e| panic!("{e}"));
     let pop_time = t0.elapsed().as_secs_f64();
     assert_eq!(popped, n, "every request popped once");
     peaks.sample();

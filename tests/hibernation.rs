@@ -101,8 +101,8 @@ where
     );
 
     // A restart in the middle: the states come back from the store.
-    f.flush().expect("flush");
-    drop(f.into_store().expect("close"));
+    f.checkpoint().expect("flush");
+    drop(f.close().expect("close"));
     let t2 = Timestamp::from_secs(20);
     let mut f = Frontier::open(settings(), FrontierConfig::default(), open(), t2).expect("reopen");
     assert_eq!(f.len(), HOSTS);
@@ -184,8 +184,8 @@ fn a_damaged_hibernation_record_is_a_clear_error() {
         |_| Outcome::response(429, [("Retry-After", "120")], None),
         &mut served,
     );
-    f.flush().unwrap();
-    drop(f.into_store().unwrap());
+    f.checkpoint().unwrap();
+    drop(f.close().unwrap());
     let path = dir.path().join("hibernated.log");
     let mut bytes = std::fs::read(&path).unwrap();
     bytes[30] ^= 0xff; // inside the first record, with more after it

@@ -166,7 +166,7 @@ fn tokio_driver_on_a_multi_threaded_runtime_over_sqlite() {
             Frontier::open(settings(), FrontierConfig::default(), store, clock.now()).unwrap();
         let driver = Driver::new(frontier, clock);
         driver.push_all(requests()).await.unwrap();
-        driver.commit().await.unwrap();
+        driver.flush().await.unwrap();
         let sends = Arc::new(Mutex::new(Vec::new()));
         let mut workers = tokio::task::JoinSet::new();
         for _ in 0..4 {
@@ -183,14 +183,14 @@ fn tokio_driver_on_a_multi_threaded_runtime_over_sqlite() {
                         .complete(lease.id(), Outcome::status(200))
                         .await
                         .unwrap();
-                    driver.commit().await.unwrap();
+                    driver.flush().await.unwrap();
                 }
             });
         }
         while let Some(w) = workers.join_next().await {
             w.unwrap();
         }
-        driver.shutdown().await.unwrap();
+        driver.close().await.unwrap();
         sends.lock().unwrap().clone()
     });
     check(&sends);

@@ -1,7 +1,7 @@
 //! One behavioural suite, run against every runtime adapter (parity): delays, backoff
 //! after a 429 with Retry-After, recovery, rampup, quotas, per-request delays, early
 //! wake-ups on completion, end of stream, FIFO fairness of the standalone throttle, and
-//! a crawl over polite-store-sqlite resumed after shutdown, all on virtual time with exact
+//! a crawl over polite-store-sqlite resumed after close, all on virtual time with exact
 //! timestamps.
 //!
 //! Each adapter's suite gets a `run(|clock| async { .. })` from `virtual_time.rs`, which
@@ -49,7 +49,7 @@ macro_rules! parity_suite {
             /// Over a blocking store (polite-store-sqlite): calls run off the executor, virtual
             /// time still works, and a shut-down driver hands the store back to resume from.
             #[test]
-            fn a_sqlite_backed_crawl_resumes_after_shutdown() {
+            fn a_sqlite_backed_crawl_resumes_after_close() {
                 $run(|clock| async move {
                     use polite_frontier_core::FrontierConfig;
                     use polite_store_sqlite::{SqliteOptions, SqliteStore};
@@ -95,7 +95,7 @@ macro_rules! parity_suite {
                     // One more out when we stop: it comes back.
                     let out = driver.next().await.unwrap().unwrap();
                     let other = driver.clone();
-                    let store = driver.shutdown().await.unwrap();
+                    let store = driver.close().await.unwrap();
                     assert!(matches!(
                         other.push(Request::get("https://a.com/x")).await,
                         Err(DriverError::Closed)

@@ -92,7 +92,7 @@ where
                 .map_err(|e| e.to_string())?;
             acked.extend(done);
         }
-        frontier.flush().map_err(|e| e.to_string())?;
+        frontier.checkpoint().map_err(|e| e.to_string())?;
         let mut out = out.lock();
         writeln!(out, "P {id}")?;
         for a in acked.drain(..) {

@@ -319,7 +319,7 @@ pub fn run_crawl(args: CrawlArgs) -> anyhow::Result<ExitCode> {
     let mut config = Config::load(&Config::default(), args.config.as_deref(), std::env::vars())?;
     config = config.with_overrides(&args.set)?;
     if let Some(depth) = args.depth_limit {
-        config.settings.depth_limit = depth;
+        config.frontier.depth_limit = depth;
     }
     if let Some(agent) = args.user_agent.clone() {
         config.crawl.user_agent = agent;

@@ -27,6 +27,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+use polite_frontier_core::{FrontierConfig, SettingsFile};
 use polite_throttle_core::Settings;
 use serde::{Deserialize, Serialize};
 
@@ -144,8 +145,11 @@ impl CrawlSettings {
 /// Everything `crawl` and `demo` read from `--config` and the environment.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Config {
-    /// Throttling and ordering (docs/behaviour.md section 2).
+    /// Throttling (docs/behaviour.md section 2).
     pub settings: Settings,
+    /// Ordering (`depth_priority`, `depth_limit`, `scheduler_order`, `start_order`, read
+    /// from the same table as `settings`); the other options at their defaults.
+    pub frontier: FrontierConfig,
     /// The crawler's own settings.
     pub crawl: CrawlSettings,
 }
@@ -368,7 +372,8 @@ fn parse_env_value(text: &str) -> toml::Value {
 }
 
 fn to_table(config: &Config) -> toml::Table {
-    let mut table = toml::Table::try_from(&config.settings).expect("settings serialize to TOML");
+    let both = SettingsFile::new(config.settings.clone(), config.frontier.clone());
+    let mut table = toml::Table::try_from(&both).expect("settings serialize to TOML");
     table.insert(
         "crawl".into(),
         toml::Value::Table(
@@ -395,7 +400,9 @@ fn from_table(table: &toml::Table, source: &Source) -> Result<Config, ConfigErro
     let crawl = table
         .remove("crawl")
         .unwrap_or(toml::Value::Table(toml::Table::new()));
-    let settings: Settings = deserialize(toml::Value::Table(table), source, "")?;
+    // One table: the frontier's ordering keys go to `frontier`, the rest to `settings`.
+    let file: SettingsFile = deserialize(toml::Value::Table(table), source, "")?;
+    let (settings, frontier) = (file.throttle, file.frontier);
     let crawl: CrawlSettings = deserialize(crawl, source, "crawl.")?;
     settings.validate().map_err(|e| ConfigError::Invalid {
         source: source.clone(),
@@ -410,7 +417,11 @@ fn from_table(table: &toml::Table, source: &Source) -> Result<Config, ConfigErro
         },
         other => other,
     })?;
-    Ok(Config { settings, crawl })
+    Ok(Config {
+        settings,
+        frontier,
+        crawl,
+    })
 }
 
 fn deserialize<T: serde::de::DeserializeOwned>(
@@ -476,8 +487,8 @@ mod tests {
         assert_eq!(config.settings.concurrent_requests, 4);
         assert_eq!(config.settings.scopes["a.test"].concurrency, Some(2));
         assert_eq!(
-            config.settings.scheduler_order,
-            polite_throttle_core::QueueOrder::Fifo
+            config.frontier.scheduler_order,
+            polite_frontier_core::QueueOrder::Fifo
         );
         assert_eq!(config.crawl.retry_times, 5);
         assert_eq!(config.crawl.user_agent, "bot/1");
@@ -493,6 +504,34 @@ mod tests {
         assert_eq!(config.settings.download_delay, 2.0);
         assert_eq!(config.crawl.retry_times, 0);
         assert_eq!(config.settings.concurrent_requests, 3);
+    }
+
+    /// The frontier's ordering keys sit in the same table as the throttler's, as before
+    /// they moved to `FrontierConfig`; an unknown key beside them is still named.
+    #[test]
+    fn a_file_with_the_frontier_keys_loads_and_unknown_keys_are_rejected() {
+        use polite_frontier_core::{QueueOrder, StartOrder};
+        let file = write(
+            "download_delay = 1\ndepth_priority = 1\ndepth_limit = 4\nscheduler_order = \"fifo\"\nstart_order = \"same\"\n[crawl]\nretry_times = 1\n",
+        );
+        let config = Config::load(&Config::default(), Some(file.path()), env(&[])).unwrap();
+        assert_eq!(config.settings.download_delay, 1.0);
+        assert_eq!(config.frontier.depth_priority, 1);
+        assert_eq!(config.frontier.depth_limit, 4);
+        assert_eq!(config.frontier.scheduler_order, QueueOrder::Fifo);
+        assert_eq!(config.frontier.start_order, StartOrder::Same);
+        assert_eq!(config.crawl.retry_times, 1);
+        // They survive a reload on top (the merge goes through a table).
+        let again = Config::load(&config, None, env(&[("FRONTIER_DEPTH_LIMIT", "5")])).unwrap();
+        assert_eq!(again.frontier.depth_limit, 5);
+        assert_eq!(again.frontier.scheduler_order, QueueOrder::Fifo);
+
+        let file = write("depth_limit = 2\nscheduler_ordr = \"fifo\"\n");
+        let err = Config::load(&Config::default(), Some(file.path()), env(&[])).unwrap_err();
+        assert!(err.to_string().contains("`scheduler_ordr`"), "{err}");
+        let file = write("start_order = \"random\"\n");
+        let err = Config::load(&Config::default(), Some(file.path()), env(&[])).unwrap_err();
+        assert!(err.to_string().contains("start_order"), "{err}");
     }
 
     #[test]

@@ -290,7 +290,7 @@ fn inspect_redis(url: &str, name: &str, args: &InspectArgs) -> anyhow::Result<Ex
         url,
         name,
         config.settings,
-        polite_store_redis::RedisConfig::default(),
+        polite_store_redis::RedisConfig::default().frontier(config.frontier),
     )
     .map_err(|e| anyhow::anyhow!("{url} (crawl {name:?}): {e}"))?;
     let info = frontier

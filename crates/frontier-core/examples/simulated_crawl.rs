@@ -14,7 +14,7 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::time::{Duration, Instant};
 
-use polite_frontier_core::{Frontier, LeaseId, Poll, Request};
+use polite_frontier_core::{Frontier, FrontierConfig, Poll, Request, RequestId, VolatileStore};
 use polite_throttle_core::{
     BackoffConfig, Outcome, RampupConfig, ScopeConfig, Settings, Timestamp,
 };
@@ -84,7 +84,7 @@ fn page_of(url: &str) -> u64 {
 }
 
 struct Flight {
-    lease: LeaseId,
+    lease: RequestId,
     request: Request,
     status: u16,
     retry_after: Option<&'static str>,
@@ -94,7 +94,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let trace = std::env::args().any(|a| a == "--trace");
     let mut settings = Settings::default()
         .seed(1)
-        .depth_limit(6)
         .with_scope(
             "books.example",
             ScopeConfig::new().concurrency(4).delay(0.25),
@@ -153,7 +152,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     ];
 
     let mut now = Timestamp::ZERO;
-    let mut frontier = Frontier::in_memory(settings, now)?;
+    let config = FrontierConfig::default().depth_limit(6);
+    let mut frontier = Frontier::open(settings, config, VolatileStore::new(), now)?;
     for site in &sites {
         if let Some(d) = site.crawl_delay {
             let decision = frontier.handle_crawl_delay(site.host, d, now)?;

@@ -213,7 +213,7 @@ impl<T> Blocks<T> {
             .get(id as usize / CELLS)
             .and_then(|page| page.get(id as usize % CELLS))
         {
-            polite_throttle_core::prefetch(cell);
+            polite_throttle_core::hooks::prefetch(cell);
         }
     }
 
@@ -308,9 +308,9 @@ impl<T> Blocks<T> {
             && let Some(block) = page.get(id as usize % PAGE)
             && let Some(slot) = block.slots.get(usize::from(at))
         {
-            polite_throttle_core::prefetch(slot);
+            polite_throttle_core::hooks::prefetch(slot);
             if usize::from(at) == BLOCK - 1 || at == 0 {
-                polite_throttle_core::prefetch(&block.next);
+                polite_throttle_core::hooks::prefetch(&block.next);
             }
         }
     }

@@ -213,7 +213,7 @@ impl<H> Queue<H> {
         if self.late.is_none() {
             self.run.prefetch(blocks, lifo);
         } else if let Some(e) = self.peek(blocks, lifo) {
-            polite_throttle_core::prefetch(e);
+            polite_throttle_core::hooks::prefetch(e);
         }
     }
 }
@@ -324,7 +324,7 @@ impl<H> Rest<H> {
             // reads a few lines past them).
             let size = core::mem::size_of::<(BucketKey, Queue<H>)>().max(1);
             for e in v.iter().take(256 / size).step_by((64 / size).max(1)) {
-                polite_throttle_core::prefetch(e);
+                polite_throttle_core::hooks::prefetch(e);
             }
         }
     }
@@ -333,7 +333,7 @@ impl<H> Rest<H> {
         if let Rest::Sorted(v) = self
             && let Some(best) = v.last()
         {
-            polite_throttle_core::prefetch(best);
+            polite_throttle_core::hooks::prefetch(best);
         }
     }
 }

@@ -7,18 +7,18 @@
 //!
 //! ```
 //! use polite_frontier_core::conformance::Harness;
-//! use polite_frontier_core::MemoryStore;
+//! use polite_frontier_core::ReferenceStore;
 //!
 //! struct Memory;
 //! impl Harness for Memory {
-//!     type Store = MemoryStore;
-//!     fn create(&mut self) -> MemoryStore {
-//!         MemoryStore::new()
+//!     type Store = ReferenceStore;
+//!     fn create(&mut self) -> ReferenceStore {
+//!         ReferenceStore::new()
 //!     }
-//!     fn reopen(&mut self, store: MemoryStore) -> MemoryStore {
+//!     fn reopen(&mut self, store: ReferenceStore) -> ReferenceStore {
 //!         store
 //!     }
-//!     fn corrupt_payload(&mut self, store: &mut MemoryStore, seq: u64) {
+//!     fn corrupt_payload(&mut self, store: &mut ReferenceStore, seq: u64) {
 //!         store
 //!             .overwrite_payload(seq, &[0xff])
 //!             .unwrap_or_else(|e| panic!("damaging #{seq}: {e}"));
@@ -90,9 +90,9 @@ fn reopen<H: Harness>(
     settings: Settings,
     now: Timestamp,
 ) -> Frontier<H::Store> {
-    let store = match f.into_store() {
+    let store = match f.close() {
         Ok(s) => s,
-        Err(e) => panic!("flushing the store failed: {e}"),
+        Err(e) => panic!("closing the frontier failed: {e}"),
     };
     open::<H>(h.reopen(store), settings, now)
 }
@@ -323,7 +323,7 @@ pub fn delays_are_applied_once<H: Harness>(h: &mut H) {
     );
 }
 
-/// Throttle scope states saved by `flush` come back: a host backing off stays backed off.
+/// Throttle scope states saved by `checkpoint` come back: a host backing off stays backed off.
 pub fn scope_states_survive_reopen<H: Harness>(h: &mut H) {
     let settings = Settings::default()
         .without_jitter()
@@ -398,9 +398,7 @@ pub fn corrupted_payloads_are_errors<H: Harness>(h: &mut H) {
         &Request::get("https://b.example.com/good").priority(-1),
         t(0),
     );
-    let mut store = f
-        .into_store()
-        .unwrap_or_else(|e| panic!("flush failed: {e}"));
+    let mut store = f.close().unwrap_or_else(|e| panic!("close failed: {e}"));
     h.corrupt_payload(&mut store, bad.0);
     let mut f = open::<H>(h.reopen(store), open_settings(), t(1));
     let err = match f.poll(t(1)) {

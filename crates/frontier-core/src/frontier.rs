@@ -5,18 +5,20 @@ use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 
+use polite_throttle_core::hooks::{HeldBackMonitor, secs_to_duration};
 use polite_throttle_core::{
-    ConfigError, CrawlDelayDecision, HeldBackMonitor, HibernationError, Outcome, QuotaReconcile,
-    ScopeSnapshot, Settings, Throttler, Timestamp, secs_to_duration,
+    ConfigError, CrawlDelayDecision, HibernationError, Outcome, QuotaReconcile, ScopeSnapshot,
+    Settings, Throttler, Timestamp,
 };
 
 use crate::codec::{Codec, DecodeError, EncodeError};
+use crate::dispatch::{Dispatcher, Policy, SchedPoll};
 use crate::dupefilter::{DupeFilter, DupeFilterConfig, DupeFilterConfigError};
 use crate::fingerprint::{Fingerprint, Fingerprinter};
 use crate::group::{InvalidGroupKey, InvalidRequest, group_key_inline};
 use crate::leases::{LeaseRecord, Leases};
 use crate::request::Request;
-use crate::scheduler::{Policy, SchedPoll, Scheduler};
+use crate::settings::{QueueOrder, StartOrder};
 use crate::stats::FrontierStats;
 use crate::store::{EntryMeta, RecoveryVisitor, Store, VolatileStore};
 
@@ -28,28 +30,51 @@ const PUSH_AHEAD: usize = 4;
 /// power of two.
 const PUSH_RING: usize = 16;
 
-/// Options of the frontier itself (the throttling and ordering settings are in
-/// [`Settings`]).
+/// Options of the frontier itself: its ordering settings and how it schedules, filters
+/// and persists (the throttling settings are in [`Settings`]).
+///
+/// With the `serde` feature, the four ordering settings (`depth_priority`, `depth_limit`,
+/// `scheduler_order`, `start_order`) (de)serialise with Scrapy's names; the other options
+/// are for code only and keep their defaults. Users write the ordering keys in the same
+/// table as the throttler's: read such a table with [`SettingsFile`](crate::SettingsFile).
 #[derive(Clone, Debug, PartialEq)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
+#[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
 #[non_exhaustive]
 pub struct FrontierConfig {
+    /// `priority -= depth × depth_priority`.
+    pub depth_priority: i32,
+    /// Requests deeper than this are dropped (0 = no limit).
+    pub depth_limit: u32,
+    /// Order within a priority for non-start requests.
+    pub scheduler_order: QueueOrder,
+    /// Order within a priority for start requests.
+    pub start_order: StartOrder,
     /// How ready groups are chosen.
+    #[cfg_attr(feature = "serde", serde(skip))]
     pub policy: Policy,
     /// How seen fingerprints are remembered.
+    #[cfg_attr(feature = "serde", serde(skip))]
     pub dupefilter: DupeFilterConfig,
-    /// Save throttle scope states in the store on [`flush`](Frontier::flush) and restore
-    /// them on open, so a resumed crawl keeps its backoff and learned rates.
+    /// Save throttle scope states in the store on [`checkpoint`](Frontier::checkpoint) and
+    /// restore them on open, so a resumed crawl keeps its backoff and learned rates.
+    #[cfg_attr(feature = "serde", serde(skip))]
     pub persist_scope_states: bool,
     /// Hand the states of scopes the throttler evicts to the store, when it keeps them
     /// ([`Store::hibernation`]): memory stays bounded by `throttling_scope_limit` over
     /// any number of hosts, backoffs included. Default: on. Off, evicted states that
     /// still matter for timing stay in memory.
+    #[cfg_attr(feature = "serde", serde(skip))]
     pub hibernate_scopes: bool,
 }
 
 impl Default for FrontierConfig {
     fn default() -> Self {
         FrontierConfig {
+            depth_priority: 0,
+            depth_limit: 0,
+            scheduler_order: QueueOrder::Lifo,
+            start_order: StartOrder::Fifo,
             policy: Policy::ThrottlingAware,
             dupefilter: DupeFilterConfig::Exact,
             persist_scope_states: true,
@@ -59,6 +84,30 @@ impl Default for FrontierConfig {
 }
 
 impl FrontierConfig {
+    /// Sets `priority -= depth * depth_priority`.
+    #[must_use]
+    pub fn depth_priority(mut self, value: i32) -> Self {
+        self.depth_priority = value;
+        self
+    }
+    /// Sets the depth beyond which requests are dropped (0 = no limit).
+    #[must_use]
+    pub fn depth_limit(mut self, value: u32) -> Self {
+        self.depth_limit = value;
+        self
+    }
+    /// Sets the order within a priority for non-start requests.
+    #[must_use]
+    pub fn scheduler_order(mut self, value: QueueOrder) -> Self {
+        self.scheduler_order = value;
+        self
+    }
+    /// Sets the order within a priority for start requests.
+    #[must_use]
+    pub fn start_order(mut self, value: StartOrder) -> Self {
+        self.start_order = value;
+        self
+    }
     /// Sets the scheduling policy.
     #[must_use]
     pub fn policy(mut self, value: Policy) -> Self {
@@ -85,16 +134,35 @@ impl FrontierConfig {
     }
 }
 
-/// Identifies a leased request until it is completed or retried.
+/// Identifies a queued request: [`PushOutcome::Queued`] returns it, and the [`Lease`]
+/// that hands the request out carries it ([`Lease::id`]), so that
+/// [`complete`](Frontier::complete) and [`retry`](Frontier::retry) can name it.
+///
+/// How long an id lasts:
+///
+/// - In a [`Frontier`] it is the request's sequence number in its store. The id a push
+///   returns is the id of every lease on that request, including a redelivery after the
+///   store is reopened with the lease unacknowledged.
+/// - A **retry changes it**: [`Frontier::retry`] queues the request again under a new id
+///   (the next sequence number, which is not returned; the lease that hands the request
+///   out again carries it). The old id is then unknown: `complete` or `retry` with it
+///   return `false`.
+/// - A frontier shared through Redis (`polite-store-redis`) returns the sequence number
+///   from a push too, but a lease's id also counts the request's redeliveries (the
+///   sequence number plus 2^40 times the redelivery count modulo 64): a lease that expired
+///   and went to another worker has a new id, so the worker that lost it cannot end the
+///   new one. A retry there also queues the request under a new sequence number.
+///
+/// [`FrontierError::Corrupt`] names the lease of an undecodable request by this id.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct LeaseId(pub u64);
+pub struct RequestId(pub u64);
 
 /// A request handed out by [`Frontier::poll`]: send it, then
 /// [`complete`](Frontier::complete) or [`retry`](Frontier::retry) it.
 #[derive(Clone, Debug, PartialEq)]
 #[must_use = "a lease holds throttling slots until it is completed or retried"]
 pub struct Lease {
-    id: LeaseId,
+    id: RequestId,
     /// The request to send.
     pub request: Request,
 }
@@ -102,12 +170,12 @@ pub struct Lease {
 impl Lease {
     /// A lease on `request` (for [`Scheduling`](crate::Scheduling) implementations that
     /// hand out leases of their own).
-    pub fn new(id: LeaseId, request: Request) -> Self {
+    pub fn new(id: RequestId, request: Request) -> Self {
         Lease { id, request }
     }
 
-    /// The lease's identity.
-    pub fn id(&self) -> LeaseId {
+    /// The leased request's id (see [`RequestId`] for when it changes).
+    pub fn id(&self) -> RequestId {
         self.id
     }
 }
@@ -130,8 +198,9 @@ pub enum Poll {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum PushOutcome {
-    /// Queued (and durable per the store's policy) under this lease id.
-    Queued(LeaseId),
+    /// Queued (and durable per the store's policy) under this id, which the request's
+    /// lease will carry.
+    Queued(RequestId),
     /// Already seen (the duplicate filter), dropped.
     Duplicate,
     /// Deeper than `depth_limit`, dropped.
@@ -154,7 +223,7 @@ pub enum FrontierError<E> {
     /// it to drop it, or retry it after repairing the store.
     Corrupt {
         /// The lease holding the undecodable request.
-        lease: LeaseId,
+        lease: RequestId,
         /// Why it could not be decoded.
         source: DecodeError,
     },
@@ -201,7 +270,7 @@ impl<E: core::error::Error + 'static> core::error::Error for FrontierError<E> {
 pub struct Frontier<S: Store = VolatileStore> {
     store: S,
     throttler: Throttler,
-    scheduler: Scheduler<S::Handle>,
+    scheduler: Dispatcher<S::Handle>,
     codec: Codec,
     filter: DupeFilter,
     leases: Leases<S::Handle>,
@@ -260,7 +329,7 @@ impl<S: Store> fmt::Debug for Frontier<S> {
 
 /// Rebuilds a frontier from what its store replays.
 struct Rebuild<'a, H> {
-    scheduler: &'a mut Scheduler<H>,
+    scheduler: &'a mut Dispatcher<H>,
     codec: &'a mut Codec,
     filter: &'a mut DupeFilter,
     throttler: &'a mut Throttler,
@@ -346,13 +415,10 @@ impl<S: Store> Frontier<S> {
         mut store: S,
         now: Timestamp,
     ) -> Result<Self, FrontierError<S::Error>> {
-        let mut scheduler = Scheduler::new(
-            config.policy,
-            settings.scheduler_order,
-            settings.start_order,
-        );
+        let mut scheduler =
+            Dispatcher::new(config.policy, config.scheduler_order, config.start_order);
         let held_back = HeldBackMonitor::new(settings.delayed_requests_warn_threshold as usize);
-        let (depth_priority, depth_limit) = (settings.depth_priority, settings.depth_limit);
+        let (depth_priority, depth_limit) = (config.depth_priority, config.depth_limit);
         let mut throttler = Throttler::new(settings, now).map_err(FrontierError::Config)?;
         // Attached before recovery: a hibernated state is newer than a saved live one.
         if config.hibernate_scopes
@@ -381,7 +447,7 @@ impl<S: Store> Frontier<S> {
         match rebuild.error {
             Some(RebuildError::Callback(e)) => {
                 return Err(FrontierError::Corrupt {
-                    lease: LeaseId(0),
+                    lease: RequestId(0),
                     source: e,
                 });
             }
@@ -478,7 +544,7 @@ impl<S: Store> Frontier<S> {
         self.stats.enqueued += 1;
         self.stats.depth_max = self.stats.depth_max.max(request.depth);
         self.held_back.update(self.scheduler.delayed());
-        Ok(PushOutcome::Queued(LeaseId(seq)))
+        Ok(PushOutcome::Queued(RequestId(seq)))
     }
 
     /// The priority `request` is queued at: its own, lowered by `depth_priority` per level
@@ -510,7 +576,7 @@ impl<S: Store> Frontier<S> {
 
     /// [`push_all`](Self::push_all)'s loop: request `i + 3 * PUSH_AHEAD` gets its group
     /// key and group and its host's record starts loading; `i + 2 * PUSH_AHEAD` and
-    /// `i + PUSH_AHEAD` take the two steps of [`Scheduler::prefetch_push`]; request `i`
+    /// `i + PUSH_AHEAD` take the two steps of [`Dispatcher::prefetch_push`]; request `i`
     /// is pushed with its key computed already.
     fn push_pipelined(
         &mut self,
@@ -628,7 +694,7 @@ impl<S: Store> Frontier<S> {
                 .codec
                 .decode_plain_host(bytes, self.scheduler.plain_key(group))
                 .map_err(|source| FrontierError::Corrupt {
-                    lease: LeaseId(seq),
+                    lease: RequestId(seq),
                     source,
                 }),
         };
@@ -639,7 +705,7 @@ impl<S: Store> Frontier<S> {
         record.dont_track = request.dont_track;
         leased.map_err(FrontierError::Store)?;
         Ok(Poll::Ready(Lease {
-            id: LeaseId(seq),
+            id: RequestId(seq),
             request,
         }))
     }
@@ -662,7 +728,7 @@ impl<S: Store> Frontier<S> {
             .decode_plain_host(bytes, self.scheduler.plain_key(group))
             .map(Some)
             .map_err(|source| FrontierError::Corrupt {
-                lease: LeaseId(seq),
+                lease: RequestId(seq),
                 source,
             })
     }
@@ -672,7 +738,7 @@ impl<S: Store> Frontier<S> {
     /// that is unknown or already ended.
     pub fn complete(
         &mut self,
-        lease: LeaseId,
+        lease: RequestId,
         outcome: &Outcome<'_>,
         now: Timestamp,
     ) -> Result<bool, FrontierError<S::Error>> {
@@ -692,7 +758,7 @@ impl<S: Store> Frontier<S> {
     /// duplicate filter. Returns `false` for a lease that is unknown or already ended.
     pub fn retry(
         &mut self,
-        lease: LeaseId,
+        lease: RequestId,
         outcome: &Outcome<'_>,
         priority_adjust: i32,
         now: Timestamp,
@@ -716,7 +782,7 @@ impl<S: Store> Frontier<S> {
     /// of `key`.
     fn requeue(
         &mut self,
-        lease: LeaseId,
+        lease: RequestId,
         rec: LeaseRecord<S::Handle>,
         key: &str,
         priority_adjust: i32,
@@ -897,29 +963,33 @@ impl<S: Store> Frontier<S> {
 
     /// Makes every queue change so far durable (one store flush) without saving scope
     /// states: cheap enough to call after each completion, so that a crash repeats only
-    /// the requests that were in flight. [`flush`](Self::flush) also saves scope states.
-    pub fn commit(&mut self) -> Result<(), FrontierError<S::Error>> {
+    /// the requests that were in flight. [`checkpoint`](Self::checkpoint) also saves
+    /// scope states.
+    pub fn flush(&mut self) -> Result<(), FrontierError<S::Error>> {
         self.store.flush().map_err(FrontierError::Store)?;
         self.throttler
             .flush_hibernation()
             .map_err(FrontierError::Hibernation)
     }
 
-    /// Makes everything durable now (and saves scope states if configured).
-    pub fn flush(&mut self) -> Result<(), FrontierError<S::Error>> {
+    /// [`flush`](Self::flush)es and saves the throttle's learned scope states in the
+    /// store (if [`FrontierConfig::persist_scope_states`]), so a reopened frontier keeps
+    /// its backoff and learned rates.
+    pub fn checkpoint(&mut self) -> Result<(), FrontierError<S::Error>> {
         if self.config.persist_scope_states {
             let states: Vec<ScopeSnapshot> = self.throttler.snapshots().collect();
             self.store
                 .save_scope_states(&states)
                 .map_err(FrontierError::Store)?;
         }
-        self.commit()
+        self.flush()
     }
 
-    /// Flushes and hands the store back (to reopen it later). Leases still out are not
-    /// acknowledged: a frontier reopened on the store delivers them again.
-    pub fn into_store(mut self) -> Result<S, FrontierError<S::Error>> {
-        self.flush()?;
+    /// [`checkpoint`](Self::checkpoint)s and hands the store back (to reopen it later).
+    /// Leases still out are not acknowledged: a frontier reopened on the store delivers
+    /// them again.
+    pub fn close(mut self) -> Result<S, FrontierError<S::Error>> {
+        self.checkpoint()?;
         Ok(self.store)
     }
 

@@ -49,7 +49,7 @@
 //! - The [`Scheduling`] trait the runtime drivers drive: implemented by [`Frontier`] and by
 //!   frontiers shared between processes (`polite-store-redis`).
 //! - The synchronous [`Store`] trait, [`VolatileStore`] (persists nothing, leanest),
-//!   [`MemoryStore`] (the reference), and the store conformance suite (feature
+//!   [`ReferenceStore`] (the reference), and the store conformance suite (feature
 //!   `testing`).
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -63,30 +63,32 @@ mod buckets;
 mod codec;
 #[cfg(feature = "testing")]
 pub mod conformance;
+mod dispatch;
 mod dupefilter;
 mod fingerprint;
 mod frontier;
 mod group;
 mod leases;
 mod request;
-mod scheduler;
 mod scheduling;
+mod settings;
 mod spill;
 mod stats;
 mod store;
 
 pub use codec::{CallbackTable, Codec, DecodeError, DecodeErrorKind, EncodeError, FORMAT_VERSION};
+pub use dispatch::Policy;
 pub use dupefilter::{BloomFilter, DupeFilter, DupeFilterConfig, DupeFilterConfigError, PrefixSet};
 pub use fingerprint::*;
-pub use frontier::{Frontier, FrontierConfig, FrontierError, Lease, LeaseId, Poll, PushOutcome};
+pub use frontier::{Frontier, FrontierConfig, FrontierError, Lease, Poll, PushOutcome, RequestId};
 pub use group::{InvalidGroupKey, InvalidRequest, group_key, host_scope, parse_group_key};
 pub use request::{Extras, MAX_SCOPES, Method, Request, ScopeAmount};
-pub use scheduler::Policy;
 pub use scheduling::Scheduling;
+pub use settings::{QueueOrder, SettingsFile, StartOrder};
 pub use stats::FrontierStats;
 pub use store::{
-    Durability, EntryMeta, INLINE_PAYLOAD, MemoryStore, MemoryStoreError, Payload, RecoveryVisitor,
-    Store, VolatileStore,
+    Durability, EntryMeta, INLINE_PAYLOAD, MemoryStoreError, Payload, RecoveryVisitor,
+    ReferenceStore, Store, VolatileStore,
 };
 
 // The README's examples compile and run as doctests.

@@ -32,7 +32,7 @@ use alloc::vec::Vec;
 
 use polite_throttle_core::{CrawlDelayDecision, Outcome, QuotaReconcile, Timestamp};
 
-use crate::frontier::{Frontier, FrontierError, LeaseId, Poll, PushOutcome};
+use crate::frontier::{Frontier, FrontierError, Poll, PushOutcome, RequestId};
 use crate::request::Request;
 use crate::store::Store;
 
@@ -74,7 +74,7 @@ pub trait Scheduling {
     /// unknown or already ended.
     fn complete(
         &mut self,
-        lease: LeaseId,
+        lease: RequestId,
         outcome: &Outcome<'_>,
         now: Timestamp,
     ) -> Result<bool, FrontierError<Self::StoreError>>;
@@ -83,7 +83,7 @@ pub trait Scheduling {
     /// outcome fed backoff. `false` if the lease is unknown or already ended.
     fn retry(
         &mut self,
-        lease: LeaseId,
+        lease: RequestId,
         outcome: &Outcome<'_>,
         priority_adjust: i32,
         now: Timestamp,
@@ -125,14 +125,16 @@ pub trait Scheduling {
         now: Timestamp,
     ) -> Result<(), FrontierError<Self::StoreError>>;
 
-    /// Makes every queue change so far durable (as far as the storage allows).
-    fn commit(&mut self) -> Result<(), FrontierError<Self::StoreError>>;
-
-    /// Makes everything durable now, learned throttle state included where kept.
+    /// Makes every queue change so far durable (as far as the storage allows), without
+    /// saving learned scope states: cheap enough to call after each completion.
     fn flush(&mut self) -> Result<(), FrontierError<Self::StoreError>>;
 
-    /// Flushes and hands back what can be reopened later. Leases still out are not
-    /// acknowledged: they are delivered again.
+    /// [`flush`](Scheduling::flush)es and saves the learned throttle scope states where
+    /// they are kept.
+    fn checkpoint(&mut self) -> Result<(), FrontierError<Self::StoreError>>;
+
+    /// [`checkpoint`](Scheduling::checkpoint)s and hands back what can be reopened later.
+    /// Leases still out are not acknowledged: they are delivered again.
     fn close(self) -> Result<Self::Closed, FrontierError<Self::StoreError>>
     where
         Self: Sized;
@@ -165,7 +167,7 @@ impl<S: Store> Scheduling for Frontier<S> {
 
     fn complete(
         &mut self,
-        lease: LeaseId,
+        lease: RequestId,
         outcome: &Outcome<'_>,
         now: Timestamp,
     ) -> Result<bool, FrontierError<S::Error>> {
@@ -174,7 +176,7 @@ impl<S: Store> Scheduling for Frontier<S> {
 
     fn retry(
         &mut self,
-        lease: LeaseId,
+        lease: RequestId,
         outcome: &Outcome<'_>,
         priority_adjust: i32,
         now: Timestamp,
@@ -217,23 +219,23 @@ impl<S: Store> Scheduling for Frontier<S> {
         Frontier::reconcile_quota(self, scope, how, now)
     }
 
-    fn commit(&mut self) -> Result<(), FrontierError<S::Error>> {
-        Frontier::commit(self)
-    }
-
     fn flush(&mut self) -> Result<(), FrontierError<S::Error>> {
         Frontier::flush(self)
     }
 
+    fn checkpoint(&mut self) -> Result<(), FrontierError<S::Error>> {
+        Frontier::checkpoint(self)
+    }
+
     fn close(self) -> Result<S, FrontierError<S::Error>> {
-        Frontier::into_store(self)
+        Frontier::close(self)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{MemoryStore, VolatileStore};
+    use crate::{ReferenceStore, VolatileStore};
     use alloc::string::{String, ToString};
     use polite_throttle_core::{ScopeConfig, Settings};
 
@@ -302,7 +304,7 @@ mod tests {
 
     #[test]
     fn retry_and_close_through_the_trait() {
-        let store = MemoryStore::new();
+        let store = ReferenceStore::new();
         let mut f = Frontier::open(settings(), Default::default(), store, Timestamp::ZERO).unwrap();
         Scheduling::push(&mut f, &Request::get("https://b.com/x"), Timestamp::ZERO).unwrap();
         let Poll::Ready(lease) = Scheduling::poll(&mut f, Timestamp::ZERO).unwrap() else {
@@ -317,7 +319,7 @@ mod tests {
             Scheduling::poll(&mut f, Timestamp::ZERO).unwrap(),
             Poll::NotUntil(Timestamp::from_secs(1))
         );
-        Scheduling::commit(&mut f).unwrap();
+        Scheduling::flush(&mut f).unwrap();
         let store = Scheduling::close(f).unwrap();
         let mut f = Frontier::open(settings(), Default::default(), store, Timestamp::ZERO).unwrap();
         assert_eq!(f.len(), 1, "the retried request survives a close");
@@ -348,6 +350,6 @@ mod tests {
             )
             .is_ok()
         );
-        Scheduling::flush(&mut f).unwrap();
+        Scheduling::checkpoint(&mut f).unwrap();
     }
 }

@@ -8,7 +8,8 @@ use alloc::vec::Vec;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct FrontierStats {
-    /// The store's kind (`memory`, `fs`, `sqlite`, ...), used in per-store names.
+    /// The store's kind (`volatile`, `reference`, `fs`, `sqlite`, ...), used in per-store
+    /// names.
     pub store: &'static str,
     /// `scheduler/enqueued`: requests queued (pushes and retries).
     pub enqueued: u64,
@@ -49,7 +50,7 @@ impl FrontierStats {
     /// f.push(&Request::get("https://example.com/"), Timestamp::ZERO).unwrap();
     /// let stats = f.stats().named();
     /// assert!(stats.contains(&("scheduler/enqueued".to_string(), 1)));
-    /// assert!(stats.contains(&("scheduler/enqueued/memory".to_string(), 1)));
+    /// assert!(stats.contains(&("scheduler/enqueued/volatile".to_string(), 1)));
     /// assert!(stats.contains(&("dupefilter/filtered".to_string(), 1)));
     /// ```
     pub fn named(&self) -> Vec<(String, u64)> {

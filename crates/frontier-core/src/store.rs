@@ -101,7 +101,7 @@ pub trait Store {
     /// executor and call the others inline. Persistent stores keep the default.
     const BLOCKING: bool = true;
 
-    /// A short name for stats (`memory`, `fs`, `sqlite`, ...).
+    /// A short name for stats (`volatile`, `reference`, `fs`, `sqlite`, ...).
     fn kind(&self) -> &'static str;
 
     /// Where the frontier's throttler puts the states of scopes it evicts, kept with
@@ -144,11 +144,17 @@ pub trait Store {
         buf: &'a mut Vec<u8>,
     ) -> Result<&'a [u8], Self::Error>;
 
+    // A cache hint between frontier-core and this workspace's stores, not part of the
+    // store contract: hidden from the docs, and it may change or go without notice.
+    // Stores outside this workspace should leave the defaults.
+    #[doc(hidden)]
     /// Whether [`prefetch`](Self::prefetch) does anything: the frontier only looks up
     /// the next request's handle for a store that wants it (the lookup itself reads
     /// memory). Default: no.
     const PREFETCH: bool = false;
 
+    // The cache hint (see `PREFETCH`): not part of the store contract.
+    #[doc(hidden)]
     /// A hint that request `seq` is likely the next one [`load`](Self::load)ed: a store
     /// that keeps payloads in memory can start bringing it into the CPU cache. The
     /// frontier calls it one poll ahead when [`PREFETCH`](Self::PREFETCH) is set.
@@ -157,6 +163,8 @@ pub trait Store {
         let _ = (seq, handle);
     }
 
+    // The cache hint (see `PREFETCH`): not part of the store contract.
+    #[doc(hidden)]
     /// Whether [`prefetch`](Self::prefetch) would do anything now, asked before the
     /// frontier looks the next request up (a store that sometimes has nothing to fetch
     /// spares it the lookup). Default: [`PREFETCH`](Self::PREFETCH).
@@ -189,7 +197,7 @@ pub trait Store {
     fn flush(&mut self) -> Result<(), Self::Error>;
 }
 
-/// Errors of the in-memory stores.
+/// Errors of the in-memory stores ([`VolatileStore`] and [`ReferenceStore`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum MemoryStoreError {
@@ -202,9 +210,9 @@ pub enum MemoryStoreError {
 impl fmt::Display for MemoryStoreError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            MemoryStoreError::UnknownSeq(s) => write!(f, "memory store: no request #{s}"),
+            MemoryStoreError::UnknownSeq(s) => write!(f, "in-memory store: no request #{s}"),
             MemoryStoreError::DuplicateSeq(s) => {
-                write!(f, "memory store: request #{s} already stored")
+                write!(f, "in-memory store: request #{s} already stored")
             }
         }
     }
@@ -344,13 +352,13 @@ impl Store for VolatileStore {
     fn prefetch(&self, _: u64, handle: &Payload) {
         if !handle.is_inline() {
             for line in self.bytes(handle).unwrap_or(&[]).iter().step_by(64).take(4) {
-                polite_throttle_core::prefetch(line);
+                polite_throttle_core::hooks::prefetch(line);
             }
         }
     }
 
     fn kind(&self) -> &'static str {
-        "memory"
+        "volatile"
     }
     /// Nothing to replay; a frontier opened on a store another frontier used drops that
     /// one's payloads (its handles went with it).
@@ -429,11 +437,11 @@ struct MemoryEntry {
 }
 
 /// The reference store: keeps everything in memory and replays it when a frontier is
-/// reopened on it (see [`Frontier::into_store`](crate::Frontier::into_store)). Every
+/// reopened on it (see [`Frontier::close`](crate::Frontier::close)). Every
 /// operation is immediately "durable". Used by the conformance suite as the model the
 /// persistent stores must match.
 #[derive(Clone, Debug, Default)]
-pub struct MemoryStore {
+pub struct ReferenceStore {
     entries: BTreeMap<u64, MemoryEntry>,
     callbacks: BTreeMap<u32, Box<str>>,
     fingerprints: Vec<Fingerprint>,
@@ -441,7 +449,7 @@ pub struct MemoryStore {
     next_seq: u64,
 }
 
-impl MemoryStore {
+impl ReferenceStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
@@ -480,13 +488,13 @@ impl MemoryStore {
     }
 }
 
-impl Store for MemoryStore {
+impl Store for ReferenceStore {
     type Handle = ();
     type Error = MemoryStoreError;
     const BLOCKING: bool = false;
 
     fn kind(&self) -> &'static str {
-        "memory"
+        "reference"
     }
 
     fn recover(&mut self, v: &mut dyn RecoveryVisitor<()>) -> Result<(), MemoryStoreError> {

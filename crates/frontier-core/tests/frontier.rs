@@ -4,12 +4,10 @@
 use std::time::Duration;
 
 use polite_frontier_core::{
-    Frontier, FrontierConfig, LeaseId, MemoryStore, Policy, Poll, PushOutcome, Request,
-    VolatileStore,
+    Frontier, FrontierConfig, Policy, Poll, PushOutcome, QueueOrder, ReferenceStore, Request,
+    RequestId, StartOrder, VolatileStore,
 };
-use polite_throttle_core::{
-    Outcome, QueueOrder, RampupConfig, ScopeConfig, ScopeStats, Settings, StartOrder, Timestamp,
-};
+use polite_throttle_core::{Outcome, RampupConfig, ScopeConfig, ScopeStats, Settings, Timestamp};
 
 type F = Frontier<VolatileStore>;
 
@@ -30,7 +28,15 @@ fn frontier(settings: Settings) -> F {
     Frontier::in_memory(settings, Timestamp::ZERO).unwrap()
 }
 
-fn push(f: &mut F, req: Request) -> LeaseId {
+fn frontier_with(settings: Settings, config: FrontierConfig) -> F {
+    Frontier::open(settings, config, VolatileStore::new(), Timestamp::ZERO).unwrap()
+}
+
+fn fifo() -> FrontierConfig {
+    FrontierConfig::default().scheduler_order(QueueOrder::Fifo)
+}
+
+fn push(f: &mut F, req: Request) -> RequestId {
     match f.push(&req, Timestamp::ZERO).unwrap() {
         PushOutcome::Queued(id) => id,
         other => panic!("{} not queued: {other:?}", req.url),
@@ -67,9 +73,7 @@ fn higher_priority_first_lifo_within_a_priority() {
 
 #[test]
 fn fifo_order_when_configured() {
-    let mut s = open_settings();
-    s.scheduler_order = QueueOrder::Fifo;
-    let mut f = frontier(s);
+    let mut f = frontier_with(open_settings(), fifo());
     for i in 0..5 {
         push(&mut f, Request::get(url(i)));
     }
@@ -93,18 +97,14 @@ fn start_requests_fifo_and_after_discovered_ones() {
 
 #[test]
 fn start_order_lifo_and_same() {
-    let mut s = open_settings();
-    s.start_order = StartOrder::Lifo;
-    let mut f = frontier(s);
+    let lifo = FrontierConfig::default().start_order(StartOrder::Lifo);
+    let mut f = frontier_with(open_settings(), lifo);
     for i in 0..3 {
         push(&mut f, Request::get(url(i)).start());
     }
     assert_eq!(drain(&mut f, at(0.0)), [url(2), url(1), url(0)]);
 
-    let mut s = open_settings();
-    s.start_order = StartOrder::Same;
-    s.scheduler_order = QueueOrder::Fifo;
-    let mut f = frontier(s);
+    let mut f = frontier_with(open_settings(), fifo().start_order(StartOrder::Same));
     push(&mut f, Request::get(url(0)).start());
     push(&mut f, Request::get(url(1)));
     push(&mut f, Request::get(url(2)).start());
@@ -117,9 +117,7 @@ fn start_order_lifo_and_same() {
 
 #[test]
 fn identical_requests_keep_their_sequence_order() {
-    let mut s = open_settings();
-    s.scheduler_order = QueueOrder::Fifo;
-    let mut f = frontier(s);
+    let mut f = frontier_with(open_settings(), fifo());
     let a = push(&mut f, Request::get(url(0)).callback("a").dont_filter());
     let b = push(&mut f, Request::get(url(0)).callback("a").dont_filter());
     assert!(a < b);
@@ -138,11 +136,7 @@ fn identical_requests_keep_their_sequence_order() {
 
 #[test]
 fn depth_priority_makes_breadth_first_and_depth_limit_drops() {
-    let mut s = open_settings();
-    s.depth_priority = 1;
-    s.scheduler_order = QueueOrder::Fifo;
-    s.depth_limit = 2;
-    let mut f = frontier(s);
+    let mut f = frontier_with(open_settings(), fifo().depth_priority(1).depth_limit(2));
     push(&mut f, Request::get(url(0)).depth(2));
     push(&mut f, Request::get(url(1)).depth(1));
     push(&mut f, Request::get(url(2)).depth(0));
@@ -435,9 +429,7 @@ fn a_concurrency_limited_shared_scope_hands_slots_over() {
 
 #[test]
 fn a_delayed_request_waits_aside_and_keeps_its_place_afterwards() {
-    let mut s = open_settings();
-    s.scheduler_order = QueueOrder::Fifo;
-    let mut f = frontier(s);
+    let mut f = frontier_with(open_settings(), fifo());
     push(&mut f, Request::get(url(0)).delay(5.0));
     push(&mut f, Request::get(url(1)));
     assert_eq!(
@@ -539,7 +531,7 @@ fn stats_use_scrapys_names() {
     let mut f = Frontier::open(
         open_settings(),
         FrontierConfig::default(),
-        MemoryStore::new(),
+        ReferenceStore::new(),
         Timestamp::ZERO,
     )
     .unwrap();
@@ -552,7 +544,7 @@ fn stats_use_scrapys_names() {
     let named = f.stats().named();
     for (name, value) in [
         ("scheduler/enqueued", 1),
-        ("scheduler/enqueued/memory", 1),
+        ("scheduler/enqueued/reference", 1),
         ("scheduler/dequeued", 1),
         ("dupefilter/filtered", 1),
         ("scheduler/leased", 1),
@@ -622,15 +614,14 @@ fn woken_groups_tie_break_on_current_load_then_quota_amount() {
     // both groups are ready at the same priority and the same api load (1/2): the larger
     // quota amount goes first (docs/behaviour.md 4.3). The status group parked while the api was
     // idle; ranking it with that stale load would send it first.
-    let mut settings = Settings::default().without_jitter();
-    settings.scheduler_order = QueueOrder::Fifo;
-    let settings = settings
+    let settings = Settings::default()
+        .without_jitter()
         .with_scope(
             "api.example.com",
             ScopeConfig::new().concurrency(2).delay(0.25),
         )
         .with_scope("credits", ScopeConfig::new().quota(100.0).concurrency(0));
-    let mut f = frontier(settings);
+    let mut f = frontier_with(settings, fifo());
     let search = |i: u32| {
         Request::get(format!("https://api.example.com/s?q={i}"))
             .scope_amount("api.example.com", 1.0)

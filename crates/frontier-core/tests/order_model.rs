@@ -1,8 +1,10 @@
 //! Property tests: without throttling in the way, the frontier's output order equals a
 //! naive reference model (a list sorted by docs/behaviour.md 4.1 rules), and `peek` equals `poll`.
 
-use polite_frontier_core::{Frontier, Poll, PushOutcome, Request, VolatileStore};
-use polite_throttle_core::{Outcome, QueueOrder, Settings, StartOrder, Timestamp};
+use polite_frontier_core::{
+    Frontier, FrontierConfig, Poll, PushOutcome, QueueOrder, Request, StartOrder, VolatileStore,
+};
+use polite_throttle_core::{Outcome, Settings, Timestamp};
 use proptest::prelude::*;
 
 #[derive(Clone, Debug)]
@@ -65,12 +67,10 @@ impl Model {
     }
 }
 
-fn settings(order: QueueOrder, start_order: StartOrder) -> Settings {
+fn settings() -> Settings {
     let mut s = Settings::default().without_jitter();
     s.concurrent_requests = u32::MAX;
     s.concurrent_requests_per_domain = 0;
-    s.scheduler_order = order;
-    s.start_order = start_order;
     s
 }
 
@@ -81,8 +81,15 @@ fn run(
     start_order: StartOrder,
 ) -> Result<(), TestCaseError> {
     let now = Timestamp::ZERO;
-    let mut f: Frontier<VolatileStore> =
-        Frontier::in_memory(settings(order, start_order), now).unwrap();
+    let mut f: Frontier<VolatileStore> = Frontier::open(
+        settings(),
+        FrontierConfig::default()
+            .scheduler_order(order)
+            .start_order(start_order),
+        VolatileStore::new(),
+        now,
+    )
+    .unwrap();
     let mut model = Model {
         order,
         start_order,

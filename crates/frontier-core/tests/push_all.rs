@@ -2,7 +2,7 @@
 //! first error (with the requests before it queued and none after it), the same stats and
 //! the same order out, whatever the batch sizes.
 
-use polite_frontier_core::{Frontier, Poll, PushOutcome, Request, VolatileStore};
+use polite_frontier_core::{Frontier, FrontierConfig, Poll, PushOutcome, Request, VolatileStore};
 use polite_throttle_core::{Outcome, Settings, Timestamp};
 use proptest::prelude::*;
 
@@ -78,9 +78,8 @@ fn frontier() -> F {
     let mut s = Settings::default().without_jitter();
     s.concurrent_requests = 100_000;
     s.concurrent_requests_per_domain = 0;
-    s.depth_priority = 1;
-    s.depth_limit = 2;
-    Frontier::in_memory(s, Timestamp::ZERO).unwrap()
+    let config = FrontierConfig::default().depth_priority(1).depth_limit(2);
+    Frontier::open(s, config, VolatileStore::new(), Timestamp::ZERO).unwrap()
 }
 
 /// Everything ready at `now`, completed as it comes: (url, priority) in order.

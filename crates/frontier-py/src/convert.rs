@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use polite_frontier_core::{DupeFilterConfig, FrontierError};
+use polite_frontier_core::{DupeFilterConfig, FrontierConfig, FrontierError, SettingsFile};
 use polite_throttle_core::{Outcome, Settings, Timestamp};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -37,14 +37,14 @@ pub(crate) fn frontier_err<E: std::fmt::Display>(e: FrontierError<E>) -> PyErr {
     }
 }
 
-/// Parses the settings document (JSON, the keys of `docs/behaviour.md` §2).
-pub(crate) fn parse_settings(json: &str) -> PyResult<Settings> {
-    let settings: Settings = serde_json::from_str(json)
+/// Parses the settings document (JSON, the keys of `docs/behaviour.md` §2): the
+/// throttler's settings and the frontier's ordering keys, in one table.
+pub(crate) fn parse_settings(json: &str) -> PyResult<(Settings, FrontierConfig)> {
+    let file: SettingsFile = serde_json::from_str(json)
         .map_err(|e| PyValueError::new_err(format!("invalid throttling settings: {e}")))?;
-    settings
-        .validate()
+    file.validate()
         .map_err(|e| PyValueError::new_err(format!("invalid throttling settings: {e}")))?;
-    Ok(settings)
+    Ok((file.throttle, file.frontier))
 }
 
 /// The duplicate filter named by `dupefilter=` (`exact`, `disabled`, `bloom:CAPACITY:RATE`).

@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use hashbrown::HashMap;
 use polite_frontier_core::{
-    Frontier, FrontierConfig, Lease, LeaseId, Method, Poll, PushOutcome, Request, Scheduling,
-    ScopeAmount, VolatileStore, fingerprint, host_scope, parse_seen_file,
+    Frontier, Lease, Method, Poll, PushOutcome, Request, RequestId, Scheduling, ScopeAmount,
+    VolatileStore, fingerprint, host_scope, parse_seen_file,
 };
 use polite_store_redis::{RedisConfig, RedisFrontier, TimeSource};
 use polite_store_sqlite::{SqliteOptions, SqliteStore};
@@ -165,8 +165,8 @@ impl Core {
         lease_timeout: f64,
         now: Option<f64>,
     ) -> PyResult<Self> {
-        let settings = parse_settings(settings_json)?;
-        let config = FrontierConfig::default().dupefilter(dupefilter_config(dupefilter)?);
+        let (settings, config) = parse_settings(settings_json)?;
+        let config = config.dupefilter(dupefilter_config(dupefilter)?);
         let now = now_or(now)?;
         let (backend, persistent, kind) = match store {
             "memory" => (
@@ -477,7 +477,7 @@ impl Core {
             None => Vec::new(),
         };
         let outcome = make_outcome(status, &headers, error);
-        let id = LeaseId(lease_id);
+        let id = RequestId(lease_id);
         match self.backend()? {
             Backend::Memory(f) => f.complete(id, &outcome, now).map_err(frontier_err),
             Backend::Sqlite(f) => f.complete(id, &outcome, now).map_err(frontier_err),
@@ -503,7 +503,7 @@ impl Core {
             None => Vec::new(),
         };
         let outcome = make_outcome(status, &headers, error);
-        let id = LeaseId(lease_id);
+        let id = RequestId(lease_id);
         match self.backend()? {
             Backend::Memory(f) => f
                 .retry(id, &outcome, priority_adjust, now)
@@ -760,23 +760,25 @@ impl Core {
         }
     }
 
-    /// Makes every queue change durable now (persistent stores).
+    /// Makes every queue change durable now (persistent stores). Python name kept:
+    /// `commit` is the Rust `flush`.
     fn commit(&mut self) -> PyResult<()> {
-        each!(self.backend()?, f => f.commit().map_err(frontier_err))
-    }
-
-    /// Makes everything durable now, scope states included.
-    fn flush(&mut self) -> PyResult<()> {
         each!(self.backend()?, f => f.flush().map_err(frontier_err))
     }
 
-    /// Flushes and closes the store. Leases still out are delivered again on reopen.
+    /// Makes everything durable now, scope states included. Python name kept: `flush` is
+    /// the Rust `checkpoint`.
+    fn flush(&mut self) -> PyResult<()> {
+        each!(self.backend()?, f => f.checkpoint().map_err(frontier_err))
+    }
+
+    /// Checkpoints and closes the store. Leases still out are delivered again on reopen.
     fn close(&mut self) -> PyResult<()> {
         if let Some(backend) = self.backend.take() {
             match backend {
-                Backend::Memory(f) => drop(f.into_store().map_err(frontier_err)?),
-                Backend::Sqlite(f) => drop(f.into_store().map_err(frontier_err)?),
-                Backend::Redis(mut f) => f.flush().map_err(frontier_err)?,
+                Backend::Memory(f) => drop(f.close().map_err(frontier_err)?),
+                Backend::Sqlite(f) => drop(f.close().map_err(frontier_err)?),
+                Backend::Redis(mut f) => f.checkpoint().map_err(frontier_err)?,
             }
         }
         self.objects.clear();

@@ -55,7 +55,8 @@ impl NativeThrottler {
     #[new]
     #[pyo3(signature = (settings_json, now=None))]
     fn new(settings_json: &str, now: Option<f64>) -> PyResult<Self> {
-        let settings = parse_settings(settings_json)?;
+        // The frontier's ordering keys are accepted (one settings format) and unused.
+        let (settings, _) = parse_settings(settings_json)?;
         let throttler = Throttler::new(settings, now_or(now)?)
             .map_err(|e| PyValueError::new_err(format!("invalid throttling settings: {e}")))?;
         Ok(NativeThrottler {

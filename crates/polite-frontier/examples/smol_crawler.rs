@@ -54,7 +54,7 @@ fn main() -> Result<(), Error> {
         for worker in workers {
             worker.await?;
         }
-        driver.shutdown().await?;
+        driver.close().await?;
         Ok(())
     }))
 }

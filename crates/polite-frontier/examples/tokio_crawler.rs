@@ -59,7 +59,7 @@ async fn main() -> Result<(), Error> {
     for worker in workers {
         worker.await??;
     }
-    driver.shutdown().await?;
+    driver.close().await?;
     Ok(())
 }
 

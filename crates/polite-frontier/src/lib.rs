@@ -49,7 +49,7 @@
 //!     for worker in workers {
 //!         worker.await??;
 //!     }
-//!     driver.shutdown().await?;
+//!     driver.close().await?;
 //!     Ok(())
 //! }
 //! # }
@@ -106,8 +106,8 @@ pub use polite_store_sqlite as sqlite;
 pub use polite_throttle_tower as tower;
 
 pub use polite_frontier_core::{
-    DupeFilterConfig, Frontier, FrontierConfig, FrontierError, Lease, LeaseId, Policy, Poll,
-    PushOutcome, Request, Scheduling, Store,
+    DupeFilterConfig, Frontier, FrontierConfig, FrontierError, Lease, Policy, Poll, PushOutcome,
+    Request, RequestId, Scheduling, Store,
 };
 pub use polite_throttle_core::{
     FakeClock, Jitter, Outcome, ScopeConfig, Seconds, Settings, Throttler, Timestamp,

@@ -1,5 +1,5 @@
 //! The driver's own behaviour on a manual clock: FIFO turns among callers of `next`,
-//! the lease stream, periodic flushes and shutdown.
+//! the lease stream, periodic checkpoints and close.
 
 use std::cell::RefCell;
 
@@ -110,7 +110,7 @@ fn a_caller_that_comes_while_another_waits_does_not_jump_ahead() {
 /// queued) and one queued behind it for the turn. (On a thread with a deadline: a `next`
 /// left asleep would otherwise hang the test.)
 #[test]
-fn shutdown_ends_the_calls_waiting_in_next() {
+fn close_ends_the_calls_waiting_in_next() {
     let (done, finished) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let (d, _, time) = manual_driver(Settings::default());
@@ -119,7 +119,7 @@ fn shutdown_ends_the_calls_waiting_in_next() {
             let out = d.next().await.unwrap().unwrap();
             let closed = async {
                 future::yield_now().await;
-                d.shutdown().await.unwrap();
+                d.close().await.unwrap();
             };
             let ((first, second), ()) = future::zip(future::zip(d.next(), d.next()), closed).await;
             assert!(first.is_none() && second.is_none());
@@ -132,7 +132,7 @@ fn shutdown_ends_the_calls_waiting_in_next() {
     });
     finished
         .recv_timeout(Duration::from_secs(30))
-        .expect("shutdown left a call to next() waiting");
+        .expect("close left a call to next() waiting");
 }
 
 #[test]
@@ -145,7 +145,7 @@ fn the_lease_stream_and_periodic_flushes_end_with_the_driver() {
         ])
         .await
         .unwrap();
-        let flusher = d.clone().flush_every(Duration::from_secs(5));
+        let checkpointer = d.clone().checkpoint_every(Duration::from_secs(5));
         let crawl = async {
             let mut leases = d.leases();
             let mut n = 0;
@@ -156,14 +156,17 @@ fn the_lease_stream_and_periodic_flushes_end_with_the_driver() {
                 n += 1;
             }
             clock.sleep(Duration::from_secs(12)).await;
-            let _store = d.shutdown().await.unwrap();
+            let _store = d.close().await.unwrap();
             n
         };
-        let (flushed, n) = future::zip(flusher, crawl).await;
-        assert!(flushed.is_ok(), "{flushed:?}");
+        let (checkpointed, n) = future::zip(checkpointer, crawl).await;
+        assert!(checkpointed.is_ok(), "{checkpointed:?}");
         assert_eq!(n, 2);
     });
-    // The flusher noticed the shutdown at its next tick.
+    // The checkpointer noticed the close at its next tick.
     assert_eq!(clock.now(), Timestamp::from_secs(15));
-    assert!(matches!(time.block_on(d.flush()), Err(DriverError::Closed)));
+    assert!(matches!(
+        time.block_on(d.checkpoint()),
+        Err(DriverError::Closed)
+    ));
 }

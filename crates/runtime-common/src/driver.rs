@@ -5,7 +5,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use event_listener::{Event, listener};
-use polite_frontier_core::{FrontierError, Lease, LeaseId, Poll, PushOutcome, Request, Scheduling};
+use polite_frontier_core::{
+    FrontierError, Lease, Poll, PushOutcome, Request, RequestId, Scheduling,
+};
 use polite_throttle_core::{CrawlDelayDecision, Outcome, QuotaReconcile, Timestamp};
 
 use crate::Runtime;
@@ -17,7 +19,7 @@ use crate::turn::Turn;
 pub enum DriverError<E> {
     /// The frontier (or its store) failed.
     Frontier(FrontierError<E>),
-    /// The driver was shut down.
+    /// The driver was closed.
     Closed,
     /// A blocking store call panicked or was cancelled.
     Blocking(String),
@@ -27,7 +29,7 @@ impl<E: std::fmt::Display> std::fmt::Display for DriverError<E> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             DriverError::Frontier(e) => e.fmt(f),
-            DriverError::Closed => f.write_str("the frontier driver was shut down"),
+            DriverError::Closed => f.write_str("the frontier driver was closed"),
             DriverError::Blocking(e) => write!(f, "a store call failed to complete: {e}"),
         }
     }
@@ -65,7 +67,7 @@ impl<B, R: Runtime> Inner<B, R> {
     /// Runs `op` on the frontier with the time read once it is ours: another call may
     /// hold it for a while (a store's fsync), and a poll that used the time from before
     /// that wait would record its send as earlier than it goes out, letting the scope's
-    /// next request follow it without its delay. `None` once shut down.
+    /// next request follow it without its delay. `None` once closed.
     fn step<T>(&self, op: impl FnOnce(&mut B, Timestamp) -> T, changes: bool) -> Option<T> {
         let mut frontier = lock(&self.frontier);
         let now = self.clock.now();
@@ -326,7 +328,7 @@ where
     /// already ended.
     pub async fn complete(
         &self,
-        lease: LeaseId,
+        lease: RequestId,
         outcome: Outcome<'static>,
     ) -> Result<bool, DriverError<B::StoreError>> {
         let done = self
@@ -338,7 +340,7 @@ where
     /// Puts a lease back with its priority adjusted (after its outcome fed backoff).
     pub async fn retry(
         &self,
-        lease: LeaseId,
+        lease: RequestId,
         outcome: Outcome<'static>,
         priority_adjust: i32,
     ) -> Result<bool, DriverError<B::StoreError>> {
@@ -391,41 +393,41 @@ where
         self.blocking(move |f, _| read(f)).await
     }
 
-    /// Makes everything durable now.
+    /// Makes every queue change so far durable, without saving scope states (see
+    /// [`Scheduling::flush`]): call it after a completion to bound what a crash repeats
+    /// to the requests in flight.
     pub async fn flush(&self) -> Result<(), DriverError<B::StoreError>> {
         self.blocking(|f, _| f.flush()).await??;
         Ok(())
     }
 
-    /// Makes every queue change so far durable, without saving scope states (see
-    /// [`Scheduling::commit`]): call it after a completion to bound what a crash repeats
-    /// to the requests in flight.
-    pub async fn commit(&self) -> Result<(), DriverError<B::StoreError>> {
-        self.blocking(|f, _| f.commit()).await??;
+    /// Flushes and saves the learned scope states (see [`Scheduling::checkpoint`]).
+    pub async fn checkpoint(&self) -> Result<(), DriverError<B::StoreError>> {
+        self.blocking(|f, _| f.checkpoint()).await??;
         Ok(())
     }
 
-    /// Flushes every `every` (on the driver's clock) until the driver is shut down (group
+    /// Checkpoints every `every` (on the driver's clock) until the driver is closed (group
     /// commit's time bound while the crawl is idle). Spawn it on your executor and look at
-    /// its result: `tokio::spawn(driver.clone().flush_every(..))`,
-    /// `smol::spawn(driver.clone().flush_every(..))`.
+    /// its result: `tokio::spawn(driver.clone().checkpoint_every(..))`,
+    /// `smol::spawn(driver.clone().checkpoint_every(..))`.
     ///
-    /// A flush that fails is logged at once (`tracing`, level error, with the error and
-    /// how many flushes in a row have failed), and flushing goes on at the next tick: a
+    /// A checkpoint that fails is logged at once (`tracing`, level error, with the error and
+    /// how many checkpoints in a row have failed), and checkpointing goes on at the next tick: a
     /// store whose disk was full for a moment recovers without help. After
-    /// [`FLUSH_FAILURES_IN_A_ROW`] (3) failures in a row it stops and returns the last error
+    /// [`CHECKPOINT_FAILURES_IN_A_ROW`] (3) failures in a row it stops and returns the last error
     /// (a store that keeps failing needs attention, not retries). `Ok` once the driver is
-    /// shut down.
-    pub async fn flush_every(self, every: Duration) -> Result<(), DriverError<B::StoreError>> {
+    /// closed.
+    pub async fn checkpoint_every(self, every: Duration) -> Result<(), DriverError<B::StoreError>> {
         let mut failures = 0u32;
         loop {
             self.inner.clock.sleep(every).await;
-            match self.flush().await {
+            match self.checkpoint().await {
                 Ok(()) => {
                     if failures > 0 {
                         tracing::info!(
                             after_failures = failures,
-                            "periodic flush of the frontier succeeded again"
+                            "periodic checkpoint of the frontier succeeded again"
                         );
                     }
                     failures = 0;
@@ -433,29 +435,29 @@ where
                 Err(DriverError::Closed) => return Ok(()),
                 Err(e) => {
                     failures += 1;
-                    if failures >= FLUSH_FAILURES_IN_A_ROW {
+                    if failures >= CHECKPOINT_FAILURES_IN_A_ROW {
                         tracing::error!(
                             error = %e,
                             failures_in_a_row = failures,
-                            "periodic flush of the frontier failed; giving up on periodic flushes"
+                            "periodic checkpoint of the frontier failed; giving up on periodic checkpoints"
                         );
                         return Err(e);
                     }
                     tracing::error!(
                         error = %e,
                         failures_in_a_row = failures,
-                        "periodic flush of the frontier failed; trying again in {every:?}"
+                        "periodic checkpoint of the frontier failed; trying again in {every:?}"
                     );
                 }
             }
         }
     }
 
-    /// Stops the driver: flushes the store and hands it back (see
-    /// [`Scheduling::close`]). Leases still out are not acknowledged; a frontier reopened
+    /// Stops the driver: checkpoints the frontier and hands back what can be reopened
+    /// (see [`Scheduling::close`]; the store, for a [`Frontier`](polite_frontier_core::Frontier)). Leases still out are not acknowledged; a frontier reopened
     /// on the store delivers them again. Other handles get [`DriverError::Closed`], and
     /// their `next` ends.
-    pub async fn shutdown(&self) -> Result<B::Closed, DriverError<B::StoreError>>
+    pub async fn close(&self) -> Result<B::Closed, DriverError<B::StoreError>>
     where
         B::Closed: Send + 'static,
     {
@@ -474,10 +476,10 @@ where
     }
 }
 
-/// How many periodic flushes in a row may fail before
-/// [`flush_every`](DriverFor::flush_every) gives up and returns the last error (each is
+/// How many periodic checkpoints in a row may fail before
+/// [`checkpoint_every`](DriverFor::checkpoint_every) gives up and returns the last error (each is
 /// logged; a success in between starts the count again).
-pub const FLUSH_FAILURES_IN_A_ROW: u32 = 3;
+pub const CHECKPOINT_FAILURES_IN_A_ROW: u32 = 3;
 
 /// What one look at the frontier in [`DriverFor::next`] found.
 enum Look<E> {

@@ -77,7 +77,7 @@ mod driver;
 mod throttle;
 mod turn;
 
-pub use driver::{DriverError, DriverFor, FLUSH_FAILURES_IN_A_ROW, LeasesFor, panic_message};
+pub use driver::{CHECKPOINT_FAILURES_IN_A_ROW, DriverError, DriverFor, LeasesFor, panic_message};
 pub use throttle::{Throttle, ThrottlePermit};
 
 /// What the driver and the throttle need from an async runtime: its clock, mapped onto

@@ -48,11 +48,12 @@ fn futures_are_send() {
     let d3 = d.clone();
     spawnable(async move {
         let _ = d3.flush().await;
+        let _ = d3.checkpoint().await;
     });
     let d4 = d.clone();
     spawnable(async move {
         let _ = d4
-            .complete(polite_frontier_core::LeaseId(0), Outcome::status(200))
+            .complete(polite_frontier_core::RequestId(0), Outcome::status(200))
             .await;
     });
     let t = Throttle::new(Default::default(), Instant0).unwrap();

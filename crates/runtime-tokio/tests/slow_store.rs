@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use polite_frontier_core::{
-    Frontier, FrontierError, LeaseId, MemoryStoreError, Poll, PushOutcome, Request, Scheduling,
+    Frontier, FrontierError, MemoryStoreError, Poll, PushOutcome, Request, RequestId, Scheduling,
     VolatileStore,
 };
-use polite_runtime_common::FLUSH_FAILURES_IN_A_ROW;
+use polite_runtime_common::CHECKPOINT_FAILURES_IN_A_ROW;
 use polite_runtime_tokio::{Clock, DriverError, DriverFor};
 use polite_throttle_core::{
     CrawlDelayDecision, Outcome, QuotaReconcile, ScopeConfig, Settings, Timestamp,
@@ -56,7 +56,7 @@ impl Scheduling for SlowComplete {
 
     fn complete(
         &mut self,
-        lease: LeaseId,
+        lease: RequestId,
         outcome: &Outcome<'_>,
         now: Timestamp,
     ) -> Result<bool, Error> {
@@ -66,7 +66,7 @@ impl Scheduling for SlowComplete {
 
     fn retry(
         &mut self,
-        lease: LeaseId,
+        lease: RequestId,
         outcome: &Outcome<'_>,
         priority_adjust: i32,
         now: Timestamp,
@@ -104,17 +104,17 @@ impl Scheduling for SlowComplete {
         self.inner.reconcile_quota(scope, how, now)
     }
 
-    fn commit(&mut self) -> Result<(), Error> {
-        self.inner.commit()
+    fn flush(&mut self) -> Result<(), Error> {
+        self.inner.flush()
     }
 
-    fn flush(&mut self) -> Result<(), Error> {
+    fn checkpoint(&mut self) -> Result<(), Error> {
         self.flushes.fetch_add(1, Ordering::SeqCst);
         if self.failing_flushes > 0 {
             self.failing_flushes -= 1;
             return Err(FrontierError::Store(MemoryStoreError::UnknownSeq(0)));
         }
-        self.inner.flush()
+        self.inner.checkpoint()
     }
 
     fn close(self) -> Result<VolatileStore, Error> {
@@ -195,16 +195,16 @@ impl Logs {
 }
 
 /// A flush that fails is logged with its error and flushing goes on at the next tick;
-/// only failures in a row end `flush_every`, with the last error.
+/// only failures in a row end `checkpoint_every`, with the last error.
 #[tokio::test(start_paused = true)]
-async fn flush_every_logs_a_failed_flush_and_keeps_flushing() {
+async fn checkpoint_every_logs_a_failed_flush_and_keeps_flushing() {
     let (logs, _guard) = Logs::capture();
     let clock = Clock::wall();
-    // The first two flushes fail (fewer than FLUSH_FAILURES_IN_A_ROW), then they work.
+    // The first two flushes fail (fewer than CHECKPOINT_FAILURES_IN_A_ROW), then they work.
     let store = SlowComplete::new(clock, Duration::ZERO, 2);
     let flushes = store.flushes.clone();
     let driver = DriverFor::new(store, clock);
-    let flusher = tokio::spawn(driver.clone().flush_every(Duration::from_secs(5)));
+    let flusher = tokio::spawn(driver.clone().checkpoint_every(Duration::from_secs(5)));
     tokio::time::sleep(Duration::from_secs(22)).await;
     assert!(
         !flusher.is_finished(),
@@ -223,32 +223,35 @@ async fn flush_every_logs_a_failed_flush_and_keeps_flushing() {
     );
     for (line, n) in errors.iter().zip(1..) {
         assert!(
-            line.contains("periodic flush of the frontier failed")
+            line.contains("periodic checkpoint of the frontier failed")
                 && line.contains("memory store: no request #0")
                 && line.contains(&format!("failures_in_a_row={n}")),
             "{line}"
         );
     }
-    driver.shutdown().await.unwrap();
+    driver.close().await.unwrap();
     assert!(flusher.await.unwrap().is_ok());
 }
 
-/// A store whose flushes keep failing ends `flush_every` with the error after
-/// `FLUSH_FAILURES_IN_A_ROW` attempts, each logged, instead of ending silently; with
+/// A store whose flushes keep failing ends `checkpoint_every` with the error after
+/// `CHECKPOINT_FAILURES_IN_A_ROW` attempts, each logged, instead of ending silently; with
 /// flushes that succeed it runs until the driver is shut down, then ends with `Ok`.
 #[tokio::test(start_paused = true)]
-async fn flush_every_reports_failures_in_a_row_and_ends_on_shutdown() {
+async fn checkpoint_every_reports_failures_in_a_row_and_ends_on_shutdown() {
     let (logs, _guard) = Logs::capture();
     let clock = Clock::wall();
     let failing = SlowComplete::new(clock, Duration::ZERO, usize::MAX);
     let flushes = failing.flushes.clone();
     let driver = DriverFor::new(failing, clock);
-    let result = driver.clone().flush_every(Duration::from_secs(5)).await;
+    let result = driver
+        .clone()
+        .checkpoint_every(Duration::from_secs(5))
+        .await;
     assert!(
         matches!(result, Err(DriverError::Frontier(FrontierError::Store(_)))),
         "{result:?}"
     );
-    let limit = FLUSH_FAILURES_IN_A_ROW as usize;
+    let limit = CHECKPOINT_FAILURES_IN_A_ROW as usize;
     assert_eq!(flushes.load(Ordering::SeqCst), limit);
     let errors = logs.errors();
     assert_eq!(errors.len(), limit, "{errors:#?}");
@@ -256,9 +259,9 @@ async fn flush_every_reports_failures_in_a_row_and_ends_on_shutdown() {
 
     let healthy = SlowComplete::new(clock, Duration::ZERO, 0);
     let driver = DriverFor::new(healthy, clock);
-    let flusher = tokio::spawn(driver.clone().flush_every(Duration::from_secs(5)));
+    let flusher = tokio::spawn(driver.clone().checkpoint_every(Duration::from_secs(5)));
     tokio::time::sleep(Duration::from_secs(12)).await;
     assert!(!flusher.is_finished(), "flushes that succeed go on");
-    driver.shutdown().await.unwrap();
+    driver.close().await.unwrap();
     assert!(flusher.await.unwrap().is_ok());
 }

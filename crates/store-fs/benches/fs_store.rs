@@ -5,10 +5,10 @@
 //!
 //! - `push_1m`: `Frontier::push` of 1,000,000 requests into an empty store with group
 //!   commit (the default `Durability::Batched`: an fdatasync every 1,000 operations or
-//!   100 ms), duplicate filter on, then `flush`. Building the `Request` values is
+//!   100 ms), duplicate filter on, then `checkpoint`. Building the `Request` values is
 //!   excluded, as in the peer script.
 //! - `poll_complete_1m`: polling and completing all 1,000,000 (a load, a lease record and
-//!   an ack record per request, group commit, compaction as it comes), then `flush`.
+//!   an ack record per request, group commit, compaction as it comes), then `checkpoint`.
 //! - `*_commit_10k`: the same with a larger group commit (10,000 operations or 100 ms).
 //!
 //! - `polite-frontier-core/...`: the same two runs on the in-memory `VolatileStore`, measured in
@@ -84,7 +84,7 @@ fn push_all<S: Store>(f: &mut Frontier<S>, reqs: &[Request]) {
         f.push(r, Timestamp::ZERO)
             .unwrap_or_else(|e| panic!("push: {e}"));
     }
-    f.flush().unwrap_or_else(|e| panic!("flush: {e}"));
+    f.checkpoint().unwrap_or_else(|e| panic!("checkpoint: {e}"));
 }
 
 fn drain<S: Store>(f: &mut Frontier<S>) {
@@ -100,7 +100,7 @@ fn drain<S: Store>(f: &mut Frontier<S>) {
             Err(e) => panic!("poll: {e}"),
         }
     }
-    f.flush().unwrap_or_else(|e| panic!("flush: {e}"));
+    f.checkpoint().unwrap_or_else(|e| panic!("checkpoint: {e}"));
 }
 
 fn dir_bytes(dir: &Path) -> u64 {

@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use polite_frontier_core::{Durability, EntryMeta, MemoryStore, Store};
+use polite_frontier_core::{Durability, EntryMeta, ReferenceStore, Store};
 use polite_store_fs::{FsConfig, FsHandle, FsStore};
 use polite_throttle_core::{ScopeSnapshot, Timestamp};
 use proptest::prelude::*;
@@ -103,7 +103,7 @@ fn payload_of(seq: u64, len: u16) -> Vec<u8> {
 }
 
 struct Model {
-    mem: MemoryStore,
+    mem: ReferenceStore,
     fs: Option<FsStore>,
     config: FsConfig,
     dir: tempfile::TempDir,
@@ -264,7 +264,7 @@ proptest! {
     fn fs_store_matches_the_memory_store(config in config(), ops in prop::collection::vec(op(), 1..80)) {
         let dir = tempfile::tempdir().unwrap();
         let fs = FsStore::open(dir.path(), config).unwrap();
-        let mut m = Model { mem: MemoryStore::new(), fs: Some(fs), config, dir, held: vec![], next_seq: 0 };
+        let mut m = Model { mem: ReferenceStore::new(), fs: Some(fs), config, dir, held: vec![], next_seq: 0 };
         for op in &ops {
             m.apply(op)?;
         }

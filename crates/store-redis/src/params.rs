@@ -3,9 +3,9 @@
 //! reads.
 
 use crate::RedisStoreError;
-use polite_throttle_core::{
-    Jitter, QueueOrder, ScopeConfig, ScopeKind, ScopeParams, Settings, StartOrder, secs_to_duration,
-};
+use polite_frontier_core::{FrontierConfig, QueueOrder, StartOrder};
+use polite_throttle_core::hooks::{ScopeKind, ScopeParams, secs_to_duration};
+use polite_throttle_core::{Jitter, ScopeConfig, Settings};
 use serde_json::{Map, Value, json};
 
 /// The digit a scope kind is stored as: `0` IP, `1` domain, `2` other.
@@ -75,16 +75,19 @@ pub(crate) fn scope_params(settings: &Settings, kind: ScopeKind, config: &ScopeC
     Value::Object(p).to_string()
 }
 
-/// The global settings the script reads.
-pub(crate) fn script_settings(settings: &Settings) -> Result<String, RedisStoreError> {
+/// The global settings the script reads (the orders from the frontier's configuration).
+pub(crate) fn script_settings(
+    settings: &Settings,
+    frontier: &FrontierConfig,
+) -> Result<String, RedisStoreError> {
     Ok(json!({
         "concurrent_requests": settings.concurrent_requests,
-        "scheduler_order": match settings.scheduler_order {
+        "scheduler_order": match frontier.scheduler_order {
             QueueOrder::Lifo => "lifo",
             QueueOrder::Fifo => "fifo",
             _ => return Err(RedisStoreError::Unsupported("this scheduler_order")),
         },
-        "start_order": match settings.start_order {
+        "start_order": match frontier.start_order {
             StartOrder::Fifo => "fifo",
             StartOrder::Lifo => "lifo",
             StartOrder::Same => "same",

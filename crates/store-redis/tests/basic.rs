@@ -535,7 +535,7 @@ fn batched_pushes_decide_as_pushes_one_at_a_time() {
     let Some(server) = RedisServer::start_or_skip("batched_push") else {
         return;
     };
-    let settings = Settings::default().without_jitter().depth_limit(3);
+    let settings = Settings::default().without_jitter();
     // Duplicates inside one script call and across calls, requests that skip the filter,
     // too deep, delayed, start requests, several scopes, unthrottled.
     let mut reqs = Vec::new();
@@ -563,7 +563,9 @@ fn batched_pushes_decide_as_pushes_one_at_a_time() {
     .into_iter()
     .enumerate()
     {
-        let frontier = FrontierConfig::default().dupefilter(dupefilter);
+        let frontier = FrontierConfig::default()
+            .dupefilter(dupefilter)
+            .depth_limit(3);
         let mut core = in_process(&settings, &frontier);
         let config = RedisConfig::default().frontier(frontier).push_batch(13);
         let mut f = open(&server, &format!("batched{n}"), settings.clone(), config);

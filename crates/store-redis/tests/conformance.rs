@@ -11,12 +11,14 @@
 
 use std::sync::OnceLock;
 
-use polite_frontier_core::{Frontier, FrontierConfig, LeaseId, Poll, PushOutcome, Request};
+use polite_frontier_core::{
+    Frontier, FrontierConfig, Poll, PushOutcome, QueueOrder, Request, RequestId, StartOrder,
+};
 use polite_store_redis::testing::RedisServer;
 use polite_store_redis::{RedisConfig, RedisFrontier, RedisPermit, RedisScopeStats, ScriptMode};
 use polite_throttle_core::{
-    BackoffConfig, BackoffTarget, Jitter, NotReady, Outcome, Permit, QueueOrder, QuotaReconcile,
-    RampupConfig, ScopeConfig, ScopeStats, ScopeUse, Settings, StartOrder, Throttler, Timestamp,
+    BackoffConfig, BackoffTarget, Jitter, NotReady, Outcome, Permit, QuotaReconcile, RampupConfig,
+    ScopeConfig, ScopeStats, ScopeUse, Settings, Throttler, Timestamp,
 };
 
 fn server() -> Option<&'static RedisServer> {
@@ -145,23 +147,45 @@ thread_local! {
     static POLLS: std::cell::RefCell<Vec<String>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
+/// The throttler's settings and the frontier's options both sides run with.
+struct Setup {
+    settings: Settings,
+    frontier: FrontierConfig,
+}
+
+impl From<Settings> for Setup {
+    fn from(settings: Settings) -> Self {
+        Setup {
+            settings,
+            frontier: FrontierConfig::default(),
+        }
+    }
+}
+
+impl From<(Settings, FrontierConfig)> for Setup {
+    fn from((settings, frontier): (Settings, FrontierConfig)) -> Self {
+        Setup { settings, frontier }
+    }
+}
+
 /// Runs `steps` through both frontiers and panics at the first difference.
-fn run_both(name: &str, settings: Settings, scopes: &[&str], steps: &[Step]) -> usize {
-    run_both_with(name, settings, scopes, steps, ScriptMode::Function)
+fn run_both(name: &str, setup: impl Into<Setup>, scopes: &[&str], steps: &[Step]) -> usize {
+    run_both_with(name, setup, scopes, steps, ScriptMode::Function)
 }
 
 fn run_both_with(
     name: &str,
-    settings: Settings,
+    setup: impl Into<Setup>,
     scopes: &[&str],
     steps: &[Step],
     script: ScriptMode,
 ) -> usize {
     let Some(server) = server() else { return 0 };
+    let Setup { settings, frontier } = setup.into();
     let start = Timestamp::from_secs(1000);
     let mut core = Frontier::open(
         settings.clone(),
-        FrontierConfig::default(),
+        frontier.clone(),
         polite_frontier_core::VolatileStore::new(),
         start,
     )
@@ -169,11 +193,12 @@ fn run_both_with(
     // Leases never expire here: the in-process frontier redelivers only on reopen.
     let config = RedisConfig::default()
         .lease_timeout(std::time::Duration::from_secs(86_400 * 30))
-        .script(script);
+        .script(script)
+        .frontier(frontier);
     let mut redis = RedisFrontier::open(&server.url(), &crawl_name(), settings, config).unwrap();
     let mut now = start;
     let mut last_until = None;
-    let mut leases: Vec<LeaseId> = Vec::new();
+    let mut leases: Vec<RequestId> = Vec::new();
     let mut compared = 0;
     POLLS.with(|p| p.borrow_mut().clear());
     for (i, step) in steps.iter().enumerate() {
@@ -481,10 +506,10 @@ fn multi_scope_admission_and_ordering() {
         &["a.com", "shared", "b.com", "c.com", "d.com"],
         &steps,
     );
-    let mut fifo = base();
-    fifo.scheduler_order = QueueOrder::Fifo;
-    fifo.start_order = StartOrder::Lifo;
-    fifo.depth_priority = 1;
+    let fifo = FrontierConfig::default()
+        .scheduler_order(QueueOrder::Fifo)
+        .start_order(StartOrder::Lifo)
+        .depth_priority(1);
     let mut steps = Vec::new();
     for i in 0..12 {
         let mut r = get(&format!("https://e.com/{i}")).depth(i % 4);
@@ -496,7 +521,7 @@ fn multi_scope_admission_and_ordering() {
     for _ in 0..15 {
         steps.extend([Step::Poll, Step::Complete(0, Out::Ok)]);
     }
-    run_both("fifo_depth", fifo, &["e.com"], &steps);
+    run_both("fifo_depth", (base(), fifo), &["e.com"], &steps);
 }
 
 /// A group parked on a scope no other group uses is still ranked with today's load when
@@ -790,7 +815,7 @@ impl Rng {
     }
 }
 
-fn random_settings(rng: &mut Rng, jitter: bool) -> Settings {
+fn random_settings(rng: &mut Rng, jitter: bool) -> (Settings, FrontierConfig) {
     let mut s = if jitter { Settings::default() } else { base() };
     s.seed = rng.next();
     if jitter {
@@ -802,12 +827,14 @@ fn random_settings(rng: &mut Rng, jitter: bool) -> Settings {
     s.concurrent_requests = rng.pick(&[2, 4, 16]);
     s.backoff_window = rng.pick(&[5.0, 20.0, 0.0]);
     s.backoff_min_delay = rng.pick(&[0.5, 1.0]);
-    s.scheduler_order = rng.pick(&[QueueOrder::Lifo, QueueOrder::Fifo]);
-    s.start_order = rng.pick(&[StartOrder::Fifo, StartOrder::Lifo, StartOrder::Same]);
-    s.depth_priority = rng.pick(&[0, 1]);
-    s.depth_limit = rng.pick(&[0, 3]);
+    let frontier = FrontierConfig::default()
+        .scheduler_order(rng.pick(&[QueueOrder::Lifo, QueueOrder::Fifo]))
+        .start_order(rng.pick(&[StartOrder::Fifo, StartOrder::Lifo, StartOrder::Same]))
+        .depth_priority(rng.pick(&[0, 1]))
+        .depth_limit(rng.pick(&[0, 3]));
     s.throttling_window = 15.0;
-    s.with_scope("a.com", ScopeConfig::new().delay(1.0).concurrency(2))
+    let s = s
+        .with_scope("a.com", ScopeConfig::new().delay(1.0).concurrency(2))
         .with_scope(
             "b.com",
             ScopeConfig::new()
@@ -828,7 +855,8 @@ fn random_settings(rng: &mut Rng, jitter: bool) -> Settings {
                     .http_codes(vec![500, 429])
                     .delay_factor(3.0),
             ),
-        )
+        );
+    (s, frontier)
 }
 
 fn random_steps(rng: &mut Rng, n: usize) -> Vec<Step> {
@@ -969,8 +997,9 @@ fn many_groups_through_chunked_structures() {
         s.concurrent_requests = rng.pick(&[16, 64]);
         // Every host waits after each send: hundreds of parked groups and timers.
         s.download_delay = rng.pick(&[0.5, 2.0]);
-        s.scheduler_order = rng.pick(&[QueueOrder::Lifo, QueueOrder::Fifo]);
-        s.start_order = rng.pick(&[StartOrder::Fifo, StartOrder::Same]);
+        let frontier = FrontierConfig::default()
+            .scheduler_order(rng.pick(&[QueueOrder::Lifo, QueueOrder::Fifo]))
+            .start_order(rng.pick(&[StartOrder::Fifo, StartOrder::Same]));
         let request = |rng: &mut Rng, i: u64| {
             // Host 0 gets a tenth of all requests: more than its queue bucket holds.
             let h = if i.is_multiple_of(10) {
@@ -1013,7 +1042,7 @@ fn many_groups_through_chunked_structures() {
         }
         run_both(
             &format!("many groups seed {seed}"),
-            s,
+            (s, frontier),
             &["h0.example", "h1.example", "shared"],
             &steps,
         );
@@ -1262,7 +1291,7 @@ fn standalone_permits_random() {
     let mut total = 0;
     for seed in 400..=415u64 {
         let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-        let s = random_settings(&mut rng, seed % 2 == 1);
+        let (s, _) = random_settings(&mut rng, seed % 2 == 1);
         let steps = random_permit_steps(&mut rng, 250);
         total += run_permits(&format!("permits seed {seed}"), s, &RANDOM_SCOPES, &steps);
     }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use polite_frontier_core::conformance::Harness;
 use polite_frontier_core::{
-    Durability, EntryMeta, Fingerprint, MemoryStore, RecoveryVisitor, Store, fingerprint,
+    Durability, EntryMeta, Fingerprint, RecoveryVisitor, ReferenceStore, Store, fingerprint,
 };
 use polite_store_sqlite::{SqliteError, SqliteOptions, SqliteStore};
 use polite_throttle_core::{ScopeSnapshot, Timestamp};
@@ -131,7 +131,7 @@ fn a_damaged_database_page_is_a_clear_error() {
             )
             .unwrap();
         }
-        let store = f.into_store().unwrap();
+        let store = f.close().unwrap();
         store
             .connection()
             .execute_batch("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -456,7 +456,7 @@ proptest! {
         let options = SqliteOptions::default().compact_after(compact_after).durability(durability);
         let open = |path: &Path| SqliteStore::open(path, options);
         let mut sqlite = open(&path).unwrap();
-        let mut model = MemoryStore::new();
+        let mut model = ReferenceStore::new();
         let mut next_seq = 0u64;
         let mut live: Vec<u64> = Vec::new();
         let mut leased: Vec<u64> = Vec::new();

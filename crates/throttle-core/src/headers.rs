@@ -16,9 +16,13 @@
 //! HTTP-dates and Unix times need the current wall-clock time; pass it as a
 //! [`Timestamp`] counted from the Unix epoch. Without it those forms are ignored.
 //!
+//! [`Outcome::response`](crate::Outcome::response) runs these parsers itself; call them
+//! directly to read the figures (or to build an [`Outcome::parsed`](crate::Outcome::parsed)
+//! from headers parsed elsewhere).
+//!
 //! ```
 //! use core::time::Duration;
-//! use polite_throttle_core::{header_delay, Timestamp};
+//! use polite_throttle_core::{Timestamp, headers::header_delay};
 //!
 //! let wall = Timestamp::from_secs(784_111_777); // Sun, 06 Nov 1994 08:49:37 GMT
 //! let headers = [

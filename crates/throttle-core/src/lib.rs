@@ -87,7 +87,8 @@ macro_rules! event {
 }
 
 mod config;
-mod headers;
+pub mod headers;
+pub mod hooks;
 mod lru;
 mod outcome;
 mod prefetch;
@@ -98,23 +99,17 @@ mod time;
 mod waiters;
 
 pub use config::{
-    BackoffConfig, BackoffTarget, ConfigError, Jitter, QueueOrder, Rampup, RampupConfig,
-    ScopeConfig, Seconds, Settings, StartOrder,
-};
-pub use headers::{
-    budget_reset, header_delay, parse_http_date, parse_ratelimit, parse_ratelimit_reset,
-    parse_retry_after, parse_x_ratelimit_reset,
+    BackoffConfig, BackoffTarget, ConfigError, Jitter, Rampup, RampupConfig, ScopeConfig, Seconds,
+    Settings,
 };
 pub use outcome::Outcome;
-pub use prefetch::prefetch;
-pub use rng::JitterRng;
-pub use scope::{BackoffParams, RampupParams, ScopeKind, ScopeParams, ScopeSnapshot, ScopeStats};
+pub use scope::{ScopeSnapshot, ScopeStats};
 pub use throttler::{
-    CrawlDelayDecision, HeldBackMonitor, HibernationError, MemoryHibernation, NotReady, Permit,
-    QuotaReconcile, RequestFlags, ScopeHibernation, ScopeHint, ScopeSettings, ScopeUse, Throttler,
-    ThrottlerStats, Ticket, TicketPoll,
+    CrawlDelayDecision, HibernationError, MemoryHibernation, NotReady, Permit, QuotaReconcile,
+    RequestFlags, ScopeHibernation, ScopeSettings, ScopeUse, Throttler, ThrottlerStats, Ticket,
+    TicketPoll,
 };
-pub use time::{FakeClock, Timestamp, secs_to_duration};
+pub use time::{FakeClock, Timestamp};
 
 // The README's examples compile and run as doctests.
 #[cfg(doctest)]

@@ -67,11 +67,11 @@ impl Lru {
         }
     }
 
-    /// Starts loading slot `i`'s links into the CPU cache (see [`crate::prefetch()`]).
+    /// Starts loading slot `i`'s links into the CPU cache (see [`crate::prefetch::prefetch()`]).
     #[inline]
     pub(crate) fn prefetch(&self, i: u32) {
         if let Some(l) = self.links.get(i as usize) {
-            crate::prefetch(l);
+            crate::prefetch::prefetch(l);
         }
     }
 

@@ -9,7 +9,7 @@
 ///
 /// ```
 /// let states = vec![[0u64; 8]; 1000];
-/// polite_throttle_core::prefetch(&states[500]);
+/// polite_throttle_core::hooks::prefetch(&states[500]);
 /// assert_eq!(states[500][0], 0);
 /// ```
 #[inline(always)]

@@ -2,7 +2,7 @@
 
 use http::StatusCode;
 use polite_runtime_common::unix_now;
-use polite_throttle_core::header_delay;
+use polite_throttle_core::headers::header_delay;
 
 use crate::message::{Replay, ThrottledResponse};
 

@@ -102,7 +102,8 @@ pub(super) async fn run_redis(
 ) -> anyhow::Result<CrawlSummary> {
     let config = RedisConfig::default()
         .time(TimeSource::Server)
-        .lease_timeout(Duration::from_secs_f64(options.config.crawl.lease_timeout));
+        .lease_timeout(Duration::from_secs_f64(options.config.crawl.lease_timeout))
+        .frontier(options.config.frontier.clone());
     let open = |what: &str| {
         RedisFrontier::open(url, name, options.config.settings.clone(), config.clone())
             .map_err(|e| anyhow::anyhow!("{what} {url} (crawl {name:?}): {e}"))
@@ -126,7 +127,7 @@ where
 {
     let frontier = Frontier::open(
         options.config.settings.clone(),
-        FrontierConfig::default(),
+        options.config.frontier.clone(),
         store,
         Clock::wall().now(),
     )

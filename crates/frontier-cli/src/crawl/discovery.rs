@@ -128,7 +128,7 @@ where
         if self.robots.is_ready(&origin) {
             // A second copy (queued before a restart): already known.
             self.driver.complete(lease.id(), Outcome::Cancelled).await?;
-            return Ok(self.driver.commit().await?);
+            return Ok(self.driver.flush().await?);
         }
         // Redirects of robots.txt are followed at once, up to 5 hops (RFC 9309 2.3.1.2).
         let fetched = self.fetch_following(&url, &url_text).await;
@@ -186,7 +186,7 @@ where
         self.push_listed_sitemaps(&rules).await?;
         self.robots.set(&origin, rules, lifetime);
         self.driver.complete(lease.id(), outcome).await?;
-        Ok(self.driver.commit().await?)
+        Ok(self.driver.flush().await?)
     }
 
     /// Queues the sitemaps robots.txt lists, within the allowed domains.
@@ -281,6 +281,6 @@ where
             None => tracing::warn!(sitemap = %url_text, "sitemap could not be fetched"),
         }
         self.driver.complete(lease.id(), outcome).await?;
-        Ok(self.driver.commit().await?)
+        Ok(self.driver.flush().await?)
     }
 }

@@ -27,8 +27,8 @@
 //!   (or `<base href>`), kept when their host is in the allowed domains (default: the
 //!   seeds' hosts and their subdomains), pushed with depth + 1.
 //! - **Nothing lost**: a page's line is written to `--out` before its lease is
-//!   completed, and its links are pushed before that; each completion is committed
-//!   ([`DriverFor::commit`]) before the worker moves on. So a `kill -9` repeats at most
+//!   completed, and its links are pushed before that; each completion is flushed
+//!   ([`DriverFor::flush`]) before the worker moves on. So a `kill -9` repeats at most
 //!   the requests in flight, and a rerun with the same store resumes.
 
 mod backend;
@@ -50,8 +50,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use polite_frontier_core::{
-    Frontier, FrontierConfig, FrontierError, Lease, PushOutcome, Request, Scheduling, Store,
-    host_scope,
+    Frontier, FrontierError, Lease, PushOutcome, Request, Scheduling, Store, host_scope,
 };
 use polite_runtime_tokio::{Clock, DriverError, DriverFor, unix_now};
 use polite_store_fs::{FsConfig, FsStore};
@@ -387,10 +386,10 @@ where
         })?;
         ctx.push_sitemap(url.as_str()).await?;
     }
-    driver.commit().await?;
+    driver.flush().await?;
 
     let progress = Progress::start(options.progress, resumed_with);
-    let flusher = tokio::spawn(driver.clone().flush_every(Duration::from_secs(5)));
+    let checkpointer = tokio::spawn(driver.clone().checkpoint_every(Duration::from_secs(5)));
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..workers {
         let ctx = ctx.clone();
@@ -420,19 +419,19 @@ where
             }
         }
     }
-    // Periodic flushes that kept failing (each one is logged) are a failure of the crawl
-    // (the store needs attention).
-    if flusher.is_finished() {
-        if let Ok(Err(e)) = flusher.await {
-            failure.get_or_insert(anyhow::anyhow!("flushing the store failed: {e}"));
+    // Periodic checkpoints that kept failing (each one is logged) are a failure of the
+    // crawl (the store needs attention).
+    if checkpointer.is_finished() {
+        if let Ok(Err(e)) = checkpointer.await {
+            failure.get_or_insert(anyhow::anyhow!("checkpointing the store failed: {e}"));
         }
     } else {
-        flusher.abort();
+        checkpointer.abort();
     }
     let rows = ctx.rows().await;
     progress.finish(&rows);
     let left = ctx.left().await;
-    driver.shutdown().await?;
+    driver.close().await?;
     if let Some(e) = failure {
         return Err(e);
     }
@@ -664,7 +663,7 @@ where
             Err(e) => {
                 self.finish(&lease, None, Some(format!("not a URL: {e}")), 0, None)?;
                 self.driver.complete(lease.id(), Outcome::Cancelled).await?;
-                return Ok(self.driver.commit().await?);
+                return Ok(self.driver.flush().await?);
             }
         };
         if !lease.request.start && !self.wanted(&url_text) {
@@ -678,7 +677,7 @@ where
                 None,
             )?;
             self.driver.complete(lease.id(), Outcome::Cancelled).await?;
-            return Ok(self.driver.commit().await?);
+            return Ok(self.driver.flush().await?);
         }
         if self.crawl.robotstxt_obey {
             let origin = robots::origin(&url);
@@ -733,7 +732,7 @@ where
                 };
                 self.finish(&lease, None, Some(why.into()), 0, None)?;
                 self.driver.complete(lease.id(), Outcome::Cancelled).await?;
-                return Ok(self.driver.commit().await?);
+                return Ok(self.driver.flush().await?);
             }
         }
 
@@ -820,7 +819,7 @@ where
                 self.driver.complete(lease.id(), outcome).await?;
             }
         }
-        self.driver.commit().await?;
+        self.driver.flush().await?;
         let pages = self.pages.fetch_add(1, Ordering::Relaxed) + 1;
         if self.max_pages.is_some_and(|max| pages >= max) {
             lock(&self.limited).get_or_insert(StopReason::MaxPages);

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use anyhow::{Context, anyhow};
 use polite_frontier_core::{
-    Frontier, FrontierConfig, Lease, LeaseId, Poll, PushOutcome, Request, VolatileStore, group_key,
-    parse_group_key,
+    Frontier, FrontierConfig, Lease, Poll, PushOutcome, Request, RequestId, VolatileStore,
+    group_key, parse_group_key,
 };
 use polite_throttle_core::{Outcome, Settings, Throttler, Timestamp};
 
@@ -66,7 +66,7 @@ pub(crate) trait World {
 }
 
 struct Flight<T> {
-    lease: LeaseId,
+    lease: RequestId,
     label: Box<str>,
     group: u32,
     depth: u32,
@@ -214,7 +214,7 @@ impl<'w> Sim<'w> {
         request: &Request,
         label: &str,
         now: Timestamp,
-    ) -> anyhow::Result<Option<LeaseId>> {
+    ) -> anyhow::Result<Option<RequestId>> {
         let outcome = self
             .frontier
             .push(request, now)

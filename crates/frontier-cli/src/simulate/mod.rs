@@ -162,8 +162,6 @@ use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use polite_frontier_core::FrontierConfig;
-
 pub use scenario::{Format, Scenario};
 
 use engine::{RunEnd, Sim};
@@ -215,7 +213,10 @@ pub fn simulate(
     options: &SimulateOptions,
     out: &mut dyn Write,
 ) -> anyhow::Result<SimulationReport> {
-    let config = FrontierConfig::default().policy(scenario.simulation.policy.policy());
+    let config = scenario
+        .frontier
+        .clone()
+        .policy(scenario.simulation.policy.policy());
     let output = Output::new(out, !options.summary_only);
     let mut sim = Sim::new(scenario.settings.clone(), config, output)?;
     let end: RunEnd = match &scenario.body {

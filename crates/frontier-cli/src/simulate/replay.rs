@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use polite_frontier_core::Lease;
-use polite_throttle_core::{Timestamp, header_delay};
+use polite_throttle_core::Timestamp;
+use polite_throttle_core::headers::header_delay;
 
 use super::engine::{Dispatch, Fate, Sim, World};
 use super::output::Answer;

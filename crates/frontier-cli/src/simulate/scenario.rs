@@ -9,7 +9,9 @@ use std::io::Read;
 use std::path::Path;
 
 use anyhow::{Context, anyhow, bail};
-use polite_frontier_core::{Method, Policy, Request, fingerprint, group_key, host_scope};
+use polite_frontier_core::{
+    FrontierConfig, Method, Policy, Request, SettingsFile, fingerprint, group_key, host_scope,
+};
 use polite_throttle_core::{QuotaReconcile, Settings, Timestamp};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Unexpected, Visitor};
@@ -240,8 +242,9 @@ impl Default for SimulationConfig {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ScenarioFile {
+    /// The throttler's settings and the frontier's ordering keys, in one table.
     #[serde(default)]
-    settings: Settings,
+    settings: SettingsFile,
     #[serde(default)]
     simulation: SimulationConfig,
     events: Option<Vec<EventSpec>>,
@@ -548,6 +551,8 @@ pub(crate) enum Body {
 #[derive(Clone, Debug)]
 pub struct Scenario {
     pub(crate) settings: Settings,
+    /// The frontier's ordering settings (from the `[settings]` table too).
+    pub(crate) frontier: FrontierConfig,
     pub(crate) simulation: SimulationConfig,
     pub(crate) body: Body,
 }
@@ -607,7 +612,8 @@ impl Scenario {
             (None, Some(sites)) => validate_sites(sites)?,
         };
         Ok(Scenario {
-            settings: file.settings,
+            settings: file.settings.throttle,
+            frontier: file.settings.frontier,
             simulation,
             body,
         })

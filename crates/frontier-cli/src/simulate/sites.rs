@@ -12,7 +12,9 @@ use std::time::Duration;
 
 use anyhow::anyhow;
 use polite_frontier_core::{Lease, Request};
-use polite_throttle_core::{JitterRng, Timestamp, header_delay};
+use polite_throttle_core::Timestamp;
+use polite_throttle_core::headers::header_delay;
+use polite_throttle_core::hooks::JitterRng;
 
 use super::engine::{Dispatch, Fate, Sim, World};
 use super::output::Answer;

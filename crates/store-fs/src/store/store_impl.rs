@@ -102,9 +102,9 @@ impl Store for FsStore {
         if let Some(bytes) = map.and_then(|m| m.get(h.offset() as usize..)) {
             // A record of a typical request spans one or two cache lines.
             if let Some(line) = bytes.first_chunk::<128>() {
-                polite_throttle_core::prefetch(line);
+                polite_throttle_core::hooks::prefetch(line);
             } else if let Some(b) = bytes.first() {
-                polite_throttle_core::prefetch(b);
+                polite_throttle_core::hooks::prefetch(b);
             }
         }
     }

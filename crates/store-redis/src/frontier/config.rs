@@ -58,7 +58,10 @@ pub struct RedisConfig {
     pub push_batch: usize,
     /// How the server-side code is installed.
     pub script: ScriptMode,
-    /// Frontier options: `policy` must be [`Policy::ThrottlingAware`]; the duplicate
+    /// Frontier options: the ordering settings (`depth_priority`, `depth_limit`,
+    /// `scheduler_order`, `start_order`, which every worker must share like the
+    /// [`Settings`](polite_throttle_core::Settings)); `policy` must be
+    /// [`Policy::ThrottlingAware`]; the duplicate
     /// filter is exact (binary 64-bit fingerprints in a Redis set), a Bloom filter (bits
     /// in Redis strings, checked and set atomically with the enqueue) or disabled.
     pub frontier: FrontierConfig,

@@ -1,8 +1,9 @@
 //! Standalone permits and the programmatic scope controls, run by the script.
 
 use polite_frontier_core::FrontierError;
+use polite_throttle_core::hooks::secs_to_duration;
 use polite_throttle_core::{
-    CrawlDelayDecision, NotReady, Outcome, QuotaReconcile, ScopeUse, Timestamp, secs_to_duration,
+    CrawlDelayDecision, NotReady, Outcome, QuotaReconcile, ScopeUse, Timestamp,
 };
 use redis::Value;
 

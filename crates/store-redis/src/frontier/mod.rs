@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use polite_frontier_core::{
-    Codec, DupeFilterConfig, Fingerprinter, FrontierError, FrontierStats, Policy,
+    Codec, DupeFilterConfig, Fingerprinter, FrontierError, FrontierStats, Policy, SettingsFile,
 };
 use polite_throttle_core::{Settings, Timestamp};
 use redis::Value;
@@ -195,8 +195,10 @@ impl RedisFrontier {
         };
         f.install()?;
         // What every worker must agree on: the settings and the duplicate filter's shape.
+        // The settings as one table, the frontier's ordering keys included.
+        let table = SettingsFile::new(f.settings.clone(), f.config.frontier.clone());
         let full = serde_json::to_string(&serde_json::json!({
-            "settings": &f.settings,
+            "settings": &table,
             "dupefilter": f.dedup.describe(),
         }))
         .map_err(|e| {
@@ -207,7 +209,7 @@ impl RedisFrontier {
         let seed = f.settings.seed;
         let mut args: Vec<Vec<u8>> = vec![
             full.clone().into_bytes(),
-            script_settings(&f.settings)
+            script_settings(&f.settings, &f.config.frontier)
                 .map_err(store_err)?
                 .into_bytes(),
             (seed >> 32).to_string().into_bytes(),

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use polite_frontier_core::{DecodeErrorKind, FrontierError, Lease, LeaseId, Poll, Request};
+use polite_frontier_core::{DecodeErrorKind, FrontierError, Lease, Poll, Request, RequestId};
 use polite_throttle_core::{Outcome, Timestamp};
 use redis::Value;
 
@@ -34,7 +34,7 @@ impl RedisFrontier {
                         }
                     }
                     return Err(FrontierError::Corrupt {
-                        lease: LeaseId(seq),
+                        lease: RequestId(seq),
                         source: e,
                     });
                 }
@@ -122,7 +122,7 @@ impl RedisFrontier {
             let (body, key) = (body.to_vec(), key.to_string());
             leases.push(
                 self.decode(seq, &body, &key)
-                    .map(|request| Lease::new(LeaseId(seq), request)),
+                    .map(|request| Lease::new(RequestId(seq), request)),
             );
         }
         Ok((leases, why))
@@ -181,7 +181,7 @@ impl RedisFrontier {
     /// ended, or expired and delivered again.
     pub fn complete(
         &mut self,
-        lease: LeaseId,
+        lease: RequestId,
         outcome: &Outcome<'_>,
         now: Timestamp,
     ) -> Result<bool> {
@@ -198,7 +198,7 @@ impl RedisFrontier {
     /// Puts a lease back with its priority adjusted, after its outcome fed backoff.
     pub fn retry(
         &mut self,
-        lease: LeaseId,
+        lease: RequestId,
         outcome: &Outcome<'_>,
         priority_adjust: i32,
         now: Timestamp,
@@ -216,7 +216,7 @@ impl RedisFrontier {
 
     /// Keeps a lease from expiring for another [`RedisConfig::lease_timeout`] (for
     /// requests that legitimately take long). `false` if it is no longer held.
-    pub fn extend(&mut self, lease: LeaseId, now: Timestamp) -> Result<bool> {
+    pub fn extend(&mut self, lease: RequestId, now: Timestamp) -> Result<bool> {
         let args = vec![
             lease.0.to_string().into_bytes(),
             nanos(self.config.lease_timeout).to_string().into_bytes(),

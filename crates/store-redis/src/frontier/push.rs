@@ -3,9 +3,10 @@
 use std::sync::Arc;
 
 use polite_frontier_core::{
-    FrontierError, LeaseId, PushOutcome, Request, group_key, parse_group_key,
+    FrontierError, PushOutcome, Request, RequestId, group_key, parse_group_key,
 };
-use polite_throttle_core::{Timestamp, secs_to_duration};
+use polite_throttle_core::Timestamp;
+use polite_throttle_core::hooks::secs_to_duration;
 use redis::Value;
 
 use crate::error::RedisStoreError;
@@ -43,7 +44,8 @@ impl RedisFrontier {
     /// `PUSHFMT`: group key, the scopes' kinds, fingerprint, priority, flags, delay,
     /// depth, body); `false` if it is not pushed (too deep).
     fn encode_push(&mut self, request: &Request, batch: &mut Vec<u8>) -> Result<bool> {
-        if self.settings.depth_limit > 0 && request.depth > self.settings.depth_limit {
+        if self.config.frontier.depth_limit > 0 && request.depth > self.config.frontier.depth_limit
+        {
             return Ok(false);
         }
         let delay_ns = match request.delay {
@@ -120,9 +122,9 @@ impl RedisFrontier {
             let cb = cb.clone();
             self.callback_id(&cb)?;
         }
-        let priority = request
-            .priority
-            .saturating_sub((request.depth as i32).saturating_mul(self.settings.depth_priority));
+        let priority = request.priority.saturating_sub(
+            (request.depth as i32).saturating_mul(self.config.frontier.depth_priority),
+        );
         let explicit = request.scopes.as_ref().is_some_and(|s| !s.is_empty());
         let host = (!explicit && !request.dont_throttle).then_some(key);
         let mut flags = 0u8;
@@ -221,7 +223,7 @@ impl RedisFrontier {
             for (&i, item) in idx.iter().zip(items) {
                 outcomes[i] = match item {
                     Value::Int(-1) => PushOutcome::Duplicate,
-                    other => PushOutcome::Queued(LeaseId(
+                    other => PushOutcome::Queued(RequestId(
                         as_u64(&other).ok_or_else(|| what("bad sequence number"))?,
                     )),
                 };

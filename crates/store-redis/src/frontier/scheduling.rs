@@ -1,6 +1,6 @@
 //! The frontier-core [`Scheduling`] trait over the shared frontier.
 
-use polite_frontier_core::{LeaseId, Poll, PushOutcome, Request, Scheduling};
+use polite_frontier_core::{Poll, PushOutcome, Request, RequestId, Scheduling};
 use polite_throttle_core::{CrawlDelayDecision, Outcome, QuotaReconcile, Timestamp};
 
 use crate::error::RedisStoreError;
@@ -24,13 +24,18 @@ impl Scheduling for RedisFrontier {
         RedisFrontier::poll(self, now)
     }
 
-    fn complete(&mut self, lease: LeaseId, outcome: &Outcome<'_>, now: Timestamp) -> Result<bool> {
+    fn complete(
+        &mut self,
+        lease: RequestId,
+        outcome: &Outcome<'_>,
+        now: Timestamp,
+    ) -> Result<bool> {
         RedisFrontier::complete(self, lease, outcome, now)
     }
 
     fn retry(
         &mut self,
-        lease: LeaseId,
+        lease: RequestId,
         outcome: &Outcome<'_>,
         priority_adjust: i32,
         now: Timestamp,
@@ -65,11 +70,11 @@ impl Scheduling for RedisFrontier {
 
     /// Every operation is applied by the server when it returns; its durability is the
     /// server's (AOF / replication), not this client's.
-    fn commit(&mut self) -> Result<()> {
+    fn flush(&mut self) -> Result<()> {
         Ok(())
     }
 
-    fn flush(&mut self) -> Result<()> {
+    fn checkpoint(&mut self) -> Result<()> {
         Ok(())
     }
 

@@ -26,7 +26,7 @@
 //! # }
 //! ```
 //!
-//! [`Settings`] (with [`QueueOrder`] and [`StartOrder`]) lives in `settings`, the per-scope
+//! [`Settings`] lives in `settings`, the per-scope
 //! [`ScopeConfig`] and its parts in `scope_config`, the checks and [`ConfigError`] in
 //! `validate`, and the (de)serialisation of the values that accept several shapes in
 //! `serde_impls`.
@@ -138,5 +138,5 @@ mod tests;
 mod validate;
 
 pub use scope_config::{BackoffConfig, BackoffTarget, Jitter, Rampup, RampupConfig, ScopeConfig};
-pub use settings::{QueueOrder, Settings, StartOrder};
+pub use settings::Settings;
 pub use validate::ConfigError;

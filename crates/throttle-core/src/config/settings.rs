@@ -1,4 +1,4 @@
-//! [`Settings`]: every setting of the throttler and the frontier, with Scrapy's names.
+//! [`Settings`]: every setting of the throttler, with Scrapy's names.
 
 use alloc::collections::BTreeMap;
 use alloc::string::{String, ToString};
@@ -10,35 +10,11 @@ use core::time::Duration;
 
 use super::{BackoffTarget, Jitter, ScopeConfig, Seconds};
 
-/// Order within one priority.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
-#[non_exhaustive]
-pub enum QueueOrder {
-    /// Last in, first out: depth-first crawling (Scrapy's default).
-    #[default]
-    Lifo,
-    /// First in, first out: breadth-first when combined with `depth_priority = 1`.
-    Fifo,
-}
-
-/// Order of start requests within one priority.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-#[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(feature = "serde", serde(rename_all = "lowercase"))]
-#[non_exhaustive]
-pub enum StartOrder {
-    /// In the order they were pushed (the default).
-    #[default]
-    Fifo,
-    /// Most recently pushed first.
-    Lifo,
-    /// No special treatment: start requests are ordered like any other request.
-    Same,
-}
-
-/// All settings of the throttler and the frontier (docs/behaviour.md section 2), with Scrapy's names.
+/// All settings of the throttler (docs/behaviour.md section 2), with Scrapy's names.
+///
+/// The frontier's ordering settings (`depth_priority`, `depth_limit`, `scheduler_order`,
+/// `start_order`), written in the same table by users, belong to polite-frontier-core's
+/// `FrontierConfig`.
 #[derive(Clone, Debug, PartialEq)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize, serde::Deserialize))]
 #[cfg_attr(feature = "serde", serde(default, deny_unknown_fields))]
@@ -86,14 +62,6 @@ pub struct Settings {
     pub throttling_robotstxt_max_delay: f64,
     /// Number of held-back requests that triggers one warning.
     pub delayed_requests_warn_threshold: u32,
-    /// `priority -= depth × depth_priority`.
-    pub depth_priority: i32,
-    /// Requests deeper than this are dropped (0 = no limit).
-    pub depth_limit: u32,
-    /// Order within a priority for non-start requests.
-    pub scheduler_order: QueueOrder,
-    /// Order within a priority for start requests.
-    pub start_order: StartOrder,
     /// Seed of the jitter random generator.
     pub seed: u64,
     /// Per-scope configuration, by scope name.
@@ -127,10 +95,6 @@ impl Default for Settings {
             throttling_robotstxt_obey: true,
             throttling_robotstxt_max_delay: 60.0,
             delayed_requests_warn_threshold: 500,
-            depth_priority: 0,
-            depth_limit: 0,
-            scheduler_order: QueueOrder::Lifo,
-            start_order: StartOrder::Fifo,
             seed: 0,
             scopes: BTreeMap::new(),
         }
@@ -156,10 +120,6 @@ setters!(Settings {
     plain throttling_robotstxt_obey: bool => "Sets whether reported robots.txt Crawl-delays apply.";
     secs throttling_robotstxt_max_delay: f64 => "Sets the cap on Crawl-delay.";
     plain delayed_requests_warn_threshold: u32 => "Sets the number of held-back requests that triggers a warning.";
-    plain depth_priority: i32 => "Sets `priority -= depth * depth_priority`.";
-    plain depth_limit: u32 => "Sets the depth beyond which requests are dropped (0 = no limit).";
-    plain scheduler_order: QueueOrder => "Sets the order within a priority for non-start requests.";
-    plain start_order: StartOrder => "Sets the order within a priority for start requests.";
     plain seed: u64 => "Sets the seed of the jitter random generator.";
 });
 

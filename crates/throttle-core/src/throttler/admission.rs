@@ -45,6 +45,9 @@ impl Throttler {
     /// [`try_acquire_with`](Self::try_acquire_with) for a caller that remembers where
     /// each scope's state lives: `hints[i]` belongs to `scopes[i]` (same name, every
     /// call) and is refreshed when stale. Skips hashing scope names on the hot path.
+    ///
+    /// Part of the [extension point for schedulers](crate::hooks): a user of the throttler
+    /// does not need it.
     pub fn try_acquire_hinted(
         &mut self,
         scopes: &[ScopeUse<'_>],
@@ -84,6 +87,9 @@ impl Throttler {
     /// [`try_acquire_hinted`](Self::try_acquire_hinted) for a request with exactly one
     /// scope: the same decision and the same reservation, without building a list of
     /// scopes. Schedulers call it for the usual one-host group.
+    ///
+    /// Part of the [extension point for schedulers](crate::hooks): a user of the throttler
+    /// does not need it.
     #[inline]
     pub fn try_acquire_one(
         &mut self,
@@ -195,6 +201,9 @@ impl Throttler {
     /// Whether one scope's own gates (delay, hard backoff, quota for `scope.amount`,
     /// concurrency) allow a send now, ignoring the global `concurrent_requests` cap and
     /// other scopes. Schedulers use it to find which scope holds a request back.
+    ///
+    /// Part of the [extension point for schedulers](crate::hooks): a user of the throttler
+    /// does not need it.
     pub fn check_scope(&mut self, scope: ScopeUse<'_>, now: Timestamp) -> Result<(), NotReady> {
         let now = self.clock.clamp(now);
         let (i, created) = self.resolve(scope.scope, now);
@@ -216,6 +225,9 @@ impl Throttler {
     /// Starts loading the states `hints` point to into the CPU cache, for a caller that
     /// knows which scopes it will ask about next (a scheduler looking one request
     /// ahead). Only a hint to the processor: nothing changes, stale hints are ignored.
+    ///
+    /// Part of the [extension point for schedulers](crate::hooks): a user of the throttler
+    /// does not need it.
     pub fn prefetch_hinted(&self, hints: &[ScopeHint]) {
         for hint in hints {
             self.prefetch_hint(hint);
@@ -223,6 +235,9 @@ impl Throttler {
     }
 
     /// [`prefetch_hinted`](Self::prefetch_hinted) for one hint.
+    ///
+    /// Part of the [extension point for schedulers](crate::hooks): a user of the throttler
+    /// does not need it.
     #[inline]
     pub fn prefetch_hint(&self, hint: &ScopeHint) {
         let i = hint.slot as usize;
@@ -230,7 +245,7 @@ impl Throttler {
             crate::prefetch::prefetch_prefix(state, crate::scope::HOT_BYTES);
         }
         if let Some(generation) = self.generations.get(i) {
-            crate::prefetch(generation);
+            crate::prefetch::prefetch(generation);
         }
         self.lru.prefetch(hint.slot);
     }

@@ -108,6 +108,9 @@ impl Throttler {
     /// The load of the busiest of `scopes`: requests in flight divided by its concurrency
     /// limit (0 for unlimited or unknown scopes). Schedulers use it to prefer idle scopes.
     /// Reads only; creates no state.
+    ///
+    /// Part of the [extension point for schedulers](crate::hooks): a user of the throttler
+    /// does not need it.
     pub fn load(&self, scopes: &[ScopeUse<'_>]) -> f64 {
         scopes
             .iter()
@@ -197,6 +200,9 @@ impl Throttler {
 
     /// The load of the busiest scope a live permit holds (see [`load`](Self::load)), found
     /// without looking scope names up. 0 for a released or unthrottled permit.
+    ///
+    /// Part of the [extension point for schedulers](crate::hooks): a user of the throttler
+    /// does not need it.
     pub fn permit_load(&self, permit: &Permit) -> f64 {
         match self.permits.get(permit.slot as usize) {
             Some(p) if p.live && p.generation == permit.generation => {
@@ -208,6 +214,9 @@ impl Throttler {
 
     /// The load (active / concurrency) of the scope state `hint` points to, without
     /// looking its name up; 0 for a stale or empty hint.
+    ///
+    /// Part of the [extension point for schedulers](crate::hooks): a user of the throttler
+    /// does not need it.
     #[inline]
     pub fn load_hinted(&self, hint: &ScopeHint) -> f64 {
         let i = hint.slot as usize;

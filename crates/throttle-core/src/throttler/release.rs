@@ -9,6 +9,9 @@ use super::{EVICTION_BUDGET, Permit, Throttler};
 impl Throttler {
     /// [`release`](Self::release), returning the load of the permit's busiest scope
     /// afterwards (`None` if it was already released). Schedulers use it to re-rank.
+    ///
+    /// Part of the [extension point for schedulers](crate::hooks): a user of the throttler
+    /// does not need it.
     #[inline]
     pub fn release_and_load(
         &mut self,

@@ -18,7 +18,7 @@
 //! all at once. Requests held only by their own `delay` wait in the event heap and join
 //! their group, at their sequence position, when it ends.
 //!
-//! Here: the [`Scheduler`] and its accessors. Its parts: `groups` (groups by scope set,
+//! Here: the [`Dispatcher`] and its accessors. Its parts: `groups` (groups by scope set,
 //! their creation and collection), `tiers` (the candidate order), `parking` (groups parked
 //! on the scope that stops them, scope timers and wake-ups) and `poll` (queueing, and
 //! picking and handing out the next request).
@@ -29,7 +29,9 @@ use alloc::vec::Vec;
 use core::cmp::Reverse;
 
 use hashbrown::HashMap;
-use polite_throttle_core::{QueueOrder, StartOrder, Timestamp};
+use polite_throttle_core::Timestamp;
+
+use crate::settings::{QueueOrder, StartOrder};
 
 use crate::buckets::{BucketKey, Entry, EntryBlocks};
 use crate::leases::LeaseRecord;
@@ -67,8 +69,8 @@ enum GroupState {
     Parked(u32),
 }
 
-/// How many polls ahead the scheduler starts loading a group's record (see
-/// [`Scheduler::prefetch_ahead`]). Far enough for a load from memory to arrive in time
+/// How many polls ahead the dispatcher starts loading a group's record (see
+/// [`Dispatcher::prefetch_ahead`]). Far enough for a load from memory to arrive in time
 /// at a few hundred nanoseconds per poll.
 const RECORD_AHEAD: usize = 6;
 /// How many polls ahead it loads what a group's record points to (by then the record
@@ -112,7 +114,7 @@ enum Candidates {
     },
 }
 
-/// What [`Scheduler::poll`] found.
+/// What [`Dispatcher::poll`] found.
 pub(crate) enum SchedPoll<'l, H> {
     /// Reserved, taken out of its group and recorded as leased.
     Ready {
@@ -129,7 +131,7 @@ pub(crate) enum SchedPoll<'l, H> {
     Empty,
 }
 
-pub(crate) struct Scheduler<H> {
+pub(crate) struct Dispatcher<H> {
     policy: Policy,
     order: QueueOrder,
     start_order: StartOrder,
@@ -151,9 +153,9 @@ pub(crate) struct Scheduler<H> {
     queued: usize,
 }
 
-impl<H> Scheduler<H> {
+impl<H> Dispatcher<H> {
     pub(crate) fn new(policy: Policy, order: QueueOrder, start_order: StartOrder) -> Self {
-        Scheduler {
+        Dispatcher {
             policy,
             order,
             start_order,
@@ -230,7 +232,7 @@ impl<H> Scheduler<H> {
     /// Starts loading group `group`'s record (the first step of a push's prefetch).
     pub(crate) fn prefetch_group(&self, group: u32) {
         if let Some(g) = self.groups.get(group as usize) {
-            polite_throttle_core::prefetch(g);
+            polite_throttle_core::hooks::prefetch(g);
         }
     }
 

@@ -6,16 +6,15 @@ use alloc::sync::Arc;
 use alloc::vec::Vec;
 use core::cmp::Reverse;
 
-use polite_throttle_core::{
-    NotReady, Permit, RequestFlags, ScopeHint, ScopeUse, Throttler, Timestamp,
-};
+use polite_throttle_core::hooks::ScopeHint;
+use polite_throttle_core::{NotReady, Permit, RequestFlags, ScopeUse, Throttler, Timestamp};
 
 use super::tiers::{amount_key, tier_key};
-use super::{GroupState, Scheduler, ScopeSlot};
+use super::{Dispatcher, GroupState, ScopeSlot};
 use crate::buckets::Buckets;
 use crate::group::{InvalidGroupKey, is_plain_key, parse_group_key};
 
-/// One scope of a group: its number in the scheduler, where its name is in the group
+/// One scope of a group: its number in the dispatcher, where its name is in the group
 /// key, the quota amount a request of the group consumes, and where the throttler keeps
 /// its state.
 #[derive(Clone, Copy, Debug)]
@@ -146,7 +145,7 @@ pub(super) fn acquire<H>(
     result
 }
 
-impl<H> Scheduler<H> {
+impl<H> Dispatcher<H> {
     /// The group for `key`, created if needed.
     pub(crate) fn group_for(&mut self, key: &str) -> Result<u32, InvalidGroupKey> {
         if let Some(g) = self.group_of(key) {

@@ -29,7 +29,7 @@ proptest! {
         let mut queue = TierQueue::default();
         let mut model: Vec<(u64, u32)> = Vec::new();
         // The queue's entries keep their serving order apart from their epoch, so an
-        // epoch per join keeps every entry distinct, as the scheduler's are.
+        // epoch per join keeps every entry distinct, as the dispatcher's are.
         for (epoch, op) in ops.into_iter().enumerate() {
             match op {
                 Some((ls, g)) => {

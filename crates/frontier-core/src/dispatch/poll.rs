@@ -7,13 +7,13 @@ use polite_throttle_core::{NotReady, Permit, Throttler, Timestamp};
 use super::groups::{Scopes, acquire};
 use super::tiers::Rank;
 use super::{
-    Candidates, Delayed, Event, GroupState, POINTEES_AHEAD, Policy, RECORD_AHEAD, SERVING_AHEAD,
-    SchedPoll, Scheduler,
+    Candidates, Delayed, Dispatcher, Event, GroupState, POINTEES_AHEAD, Policy, RECORD_AHEAD,
+    SERVING_AHEAD, SchedPoll,
 };
 use crate::buckets::{BucketKey, Entry};
 use crate::leases::{LeaseRecord, Leases};
 
-impl<H> Scheduler<H> {
+impl<H> Dispatcher<H> {
     /// Adds a queued request to `group`; `not_before` holds it aside until then.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn insert(
@@ -94,7 +94,7 @@ impl<H> Scheduler<H> {
             .upcoming(RECORD_AHEAD)
             .and_then(|g| groups.get(g as usize))
         {
-            polite_throttle_core::prefetch(g);
+            polite_throttle_core::hooks::prefetch(g);
         }
         let Some(g) = tiers.upcoming(POINTEES_AHEAD) else {
             if let Some(g) = groups.get(serving as usize) {
@@ -110,7 +110,7 @@ impl<H> Scheduler<H> {
             match &g.scopes {
                 Scopes::One(s) => throttler.prefetch_hint(&s.hint),
                 Scopes::Many(scopes) => {
-                    polite_throttle_core::prefetch(scopes);
+                    polite_throttle_core::hooks::prefetch(scopes);
                     for s in scopes.iter() {
                         throttler.prefetch_hint(&s.hint);
                     }
@@ -120,8 +120,8 @@ impl<H> Scheduler<H> {
             // first and last bytes, as a key often straddles two lines.
             let key = g.key.as_bytes();
             if let (Some(first), Some(last)) = (key.first(), key.last()) {
-                polite_throttle_core::prefetch(first);
-                polite_throttle_core::prefetch(last);
+                polite_throttle_core::hooks::prefetch(first);
+                polite_throttle_core::hooks::prefetch(last);
             }
             g.buckets
                 .prefetch(&self.blocks, self.head_lifo(g.buckets.first_key()));

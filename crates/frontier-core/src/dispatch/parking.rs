@@ -4,9 +4,9 @@ use core::cmp::Reverse;
 
 use polite_throttle_core::{NotReady, ScopeUse, Throttler, Timestamp};
 
-use super::{Candidates, Event, GroupState, Scheduler};
+use super::{Candidates, Dispatcher, Event, GroupState};
 
-impl<H> Scheduler<H> {
+impl<H> Dispatcher<H> {
     #[inline]
     pub(super) fn make_candidate(&mut self, group: u32, woken_by: Option<u32>) {
         let g = &mut self.groups[group as usize];
