@@ -134,17 +134,19 @@ mod de {
             &mut self,
             seed: K,
         ) -> Result<Option<K::Value>, A::Error> {
+            let mut seed = Some(seed);
             loop {
-                let Some(key) = self.inner.next_key::<String>()? else {
-                    return Ok(None);
-                };
+                // The key is read through the document's deserializer, so an unknown one
+                // is reported where it is (a TOML line, a JSON position).
+                let key = self.inner.next_key_seed(KeySeed { seed: &mut seed })?;
                 let f = &mut *self.frontier;
-                match key.as_str() {
-                    "depth_priority" => f.depth_priority = self.inner.next_value()?,
-                    "depth_limit" => f.depth_limit = self.inner.next_value()?,
-                    "scheduler_order" => f.scheduler_order = self.inner.next_value()?,
-                    "start_order" => f.start_order = self.inner.next_value()?,
-                    _ => return seed.deserialize(key.into_deserializer()).map(Some),
+                match key {
+                    None => return Ok(None),
+                    Some(Key::Other(value)) => return Ok(Some(value)),
+                    Some(Key::DepthPriority) => f.depth_priority = self.inner.next_value()?,
+                    Some(Key::DepthLimit) => f.depth_limit = self.inner.next_value()?,
+                    Some(Key::SchedulerOrder) => f.scheduler_order = self.inner.next_value()?,
+                    Some(Key::StartOrder) => f.start_order = self.inner.next_value()?,
                 }
             }
         }
@@ -158,6 +160,43 @@ mod de {
 
         fn size_hint(&self) -> Option<usize> {
             self.inner.size_hint()
+        }
+    }
+
+    /// A key of the table: one of the frontier's, or another one, already given to the
+    /// `Settings` key seed.
+    enum Key<V> {
+        DepthPriority,
+        DepthLimit,
+        SchedulerOrder,
+        StartOrder,
+        Other(V),
+    }
+
+    /// Reads a key and keeps `seed` (`Settings`'s) for the first key that is not the
+    /// frontier's.
+    struct KeySeed<'s, K> {
+        seed: &'s mut Option<K>,
+    }
+
+    impl<'de, K: DeserializeSeed<'de>> DeserializeSeed<'de> for KeySeed<'_, K> {
+        type Value = Key<K::Value>;
+
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+            let key = String::deserialize(d)?;
+            Ok(match key.as_str() {
+                "depth_priority" => Key::DepthPriority,
+                "depth_limit" => Key::DepthLimit,
+                "scheduler_order" => Key::SchedulerOrder,
+                "start_order" => Key::StartOrder,
+                _ => {
+                    let seed = self
+                        .seed
+                        .take()
+                        .ok_or_else(|| de::Error::custom("a key after the last one"))?;
+                    Key::Other(seed.deserialize(key.into_deserializer())?)
+                }
+            })
         }
     }
 }
@@ -201,6 +240,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("unknown field `download_dela`"), "{err}");
+        assert!(err.contains("line 2"), "the key's own line: {err}");
         let err = serde_json::from_str::<SettingsFile>(r#"{"scheduler_order": "random"}"#)
             .unwrap_err()
             .to_string();
