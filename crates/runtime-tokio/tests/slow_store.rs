@@ -180,6 +180,7 @@ impl Logs {
         let writer = logs.clone();
         let guard = tracing_subscriber::fmt()
             .with_writer(move || writer.clone())
+            .with_ansi(false)
             .set_default();
         (logs, guard)
     }
