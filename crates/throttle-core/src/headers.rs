@@ -64,7 +64,7 @@ where
 ///
 /// ```
 /// use core::time::Duration;
-/// use polite_throttle_core::budget_reset;
+/// use polite_throttle_core::headers::budget_reset;
 ///
 /// let spent = [("X-RateLimit-Remaining", "0"), ("X-RateLimit-Reset", "2")];
 /// assert_eq!(budget_reset(spent, None), Some(Duration::from_secs(2)));
@@ -323,7 +323,7 @@ const LONG_DAYS: [&[u8]; 7] = [
 /// - obsolete asctime: `Sun Nov  6 08:49:37 1994`
 ///
 /// ```
-/// use polite_throttle_core::parse_http_date;
+/// use polite_throttle_core::headers::parse_http_date;
 ///
 /// assert_eq!(parse_http_date(b"Sun, 06 Nov 1994 08:49:37 GMT"), Some(784_111_777));
 /// assert_eq!(parse_http_date(b"Sunday, 06-Nov-94 08:49:37 GMT"), Some(784_111_777));

@@ -8,7 +8,7 @@
 /// round per number.
 ///
 /// ```
-/// use polite_throttle_core::JitterRng;
+/// use polite_throttle_core::hooks::JitterRng;
 ///
 /// let mut a = JitterRng::new(7);
 /// let mut b = JitterRng::new(7);

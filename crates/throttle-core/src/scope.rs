@@ -40,7 +40,7 @@ impl ScopeKind {
     /// Classifies a scope name.
     ///
     /// ```
-    /// use polite_throttle_core::ScopeKind;
+    /// use polite_throttle_core::hooks::ScopeKind;
     ///
     /// assert_eq!(ScopeKind::of("10.0.0.1:8080"), ScopeKind::Ip);
     /// assert_eq!(ScopeKind::of("[::1]:443"), ScopeKind::Ip);
