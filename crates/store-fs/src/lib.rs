@@ -20,8 +20,8 @@
 //! frontier.push(&Request::get("https://example.com/b").callback("parse"), now)?;
 //! let Poll::Ready(lease) = frontier.poll(now)? else { panic!("expected a request") };
 //! // The process stops before `lease` is completed (a clean close here; `kill -9` after a
-//! // flush or a commit gives the same result).
-//! drop(frontier.into_store()?);
+//! // flush gives the same result).
+//! drop(frontier.close()?);
 //!
 //! let store = FsStore::open(dir.path(), FsConfig::default())?;
 //! let mut frontier = Frontier::open(settings, FrontierConfig::default(), store, now)?;
