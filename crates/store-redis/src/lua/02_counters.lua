@@ -1,0 +1,53 @@
+-- lua/02_counters.lua: the crawl's counters (queue sizes, in flight, the jitter
+-- generator's state, the throttler's clock, the frontier's stats), one string of doubles.
+-- Mirrors crates/frontier-core/src/stats.rs and the counters of
+-- crates/throttle-core/src/throttler/mod.rs.
+--
+-- One string of doubles, read once per call (GET) and written once if changed (SET).
+-- C's fields are the counters by name, read and written directly (C.queued): the first
+-- read of one in a call loads them all (C's metatable, set by bind), and reset() clears
+-- them. The table is kept from call to call (its 22 fields are allocated once, not on
+-- every call).
+local C = {}
+local Cloaded = false
+local function cload()
+  Cloaded = true
+  local raw = call('GET', KC)
+  C._raw = raw or nil
+  if not raw then
+    for _, n in ipairs(CN) do C[n] = 0 end
+    return
+  end
+  if #raw ~= 8 * #CN then fail('CORRUPT', KC .. ': counters of the wrong size') end
+  C.seq, C.queued, C.delayed, C.inf, C.tick, C.gnext, C.groups, C.rh, C.rl, C.tclk, C.dmax,
+    C.ovn, C.enq, C.deq, C.leased, C.acked, C.retried, C.redel, C.evicted, C.hL, C.hS,
+    C.hN = sunpack(CFMT, raw)
+  -- Their sum is a number unless one is not (NaN); then find which.
+  local sum = C.seq + C.queued + C.delayed + C.inf + C.tick + C.gnext + C.groups + C.rh
+    + C.rl + C.tclk + C.dmax + C.ovn + C.enq + C.deq + C.leased + C.acked + C.retried
+    + C.redel + C.evicted + C.hL + C.hS + C.hN
+  if sum ~= sum then
+    for _, n in ipairs(CN) do
+      if C[n] ~= C[n] then fail('CORRUPT', KC .. ': counter ' .. n .. ' is not a number') end
+    end
+  end
+end
+-- C's metatable: a counter read before they are loaded loads them (every write to one
+-- follows a read of it, or an explicit cload).
+local CMETA = {__index = function(t, k)
+  if Cloaded then return nil end
+  cload()
+  return rawget(t, k)
+end}
+-- Written only when they changed (C._raw: as read).
+local function cflush()
+  if not Cloaded then return end
+  local raw = spack(CFMT, C.seq, C.queued, C.delayed, C.inf, C.tick, C.gnext, C.groups,
+    C.rh, C.rl, C.tclk, C.dmax, C.ovn, C.enq, C.deq, C.leased, C.acked, C.retried, C.redel,
+    C.evicted, C.hL, C.hS, C.hN)
+  if raw ~= C._raw then
+    call('SET', KC, raw)
+    C._raw = raw
+  end
+end
+

@@ -1,0 +1,102 @@
+-- lua/03_settings.lua: the crawl's settings and each scope's resolved parameters, as
+-- shipped by crates/store-redis/src/params.rs. Mirrors ScopeParams::resolve in
+-- crates/throttle-core/src/scope.rs and crates/throttle-core/src/config/.
+--
+local S        -- this crawl's decoded settings
+local SRAW     -- the part of them the script reads, as text
+local SDIGEST  -- the SHA1 of everything init stored (the key of what is cached across calls)
+local Scache = {}   -- digest -> {s = settings, kinds = {ptr -> params}, named = {}}
+local SC            -- Scache[SRAW]
+local EPOCH_S
+local LAYOUT_SEEN
+-- Reads the crawl's layout, settings and epoch in one command (every timed call).
+local function load_cfg()
+  local v = call('HMGET', KCFG, 'layout', 'epoch_s', 'digest')
+  LAYOUT_SEEN, EPOCH_S, SDIGEST = v[1], v[2], v[3]
+  -- The settings' text only when they are not decoded yet (by digest).
+  if not SDIGEST or not Scache[SDIGEST] then SRAW = call('HGET', KCFG, 'lua') end
+end
+local function settings()
+  if not S then
+    if not LAYOUT_SEEN then load_cfg() end
+    local ck = SDIGEST or SRAW
+    SC = ck and Scache[ck]
+    if not SC then
+      if not SRAW then SRAW = call('HGET', KCFG, 'lua') end
+      if not SRAW then fail('CONFIG', 'the crawl is not initialised (no settings)') end
+      ck = SDIGEST or SRAW
+      local ok, t = pcall(cjson.decode, SRAW)
+      if not ok then fail('CORRUPT', KCFG .. '[settings]: not JSON') end
+      SC = {s = t, kinds = {}, named = {}, bypk = {}}
+      Scache[ck] = SC
+    end
+    S = SC.s
+  end
+  return S
+end
+
+local Pcache = {}  -- scope name -> params, this call
+local Pkey = {}    -- scope name -> its parameter key when known from a group record
+local Pblob = {}   -- JSON -> decoded params, kept across calls (keyed by content)
+local function decode_params(raw, name)
+  local t = Pblob[raw]
+  if not t then
+    local ok
+    ok, t = pcall(cjson.decode, raw)
+    if not ok or type(t) ~= 'table' then
+      fail('CORRUPT', 'scope parameters of ' .. name .. ' are not JSON')
+    end
+    local codes = {}
+    for _, c in ipairs(t.codes) do codes[c] = true end
+    t.codeset = codes
+    Pblob[raw] = t
+  end
+  return t
+end
+-- Parameters of a scope kind ("0" IP, "1" domain, "2" other) or of a scope configured
+-- by name: they follow from the settings alone, so they are cached with them.
+local function kind_params(ptr)
+  settings()
+  local t = SC.kinds[ptr]
+  if not t then
+    local raw = call('HGET', P .. 'np', ptr)
+    if not raw then fail('CORRUPT', 'no parameters for scope kind ' .. ptr) end
+    t = decode_params(raw, ptr)
+    SC.kinds[ptr] = t
+  end
+  return t
+end
+-- Params of a scope: its own configuration if named in the settings, else the default
+-- of its kind, resolved client-side. "np" maps a configured scope to its JSON and any
+-- other scope to "\0kind", the key of its kind's defaults (no scope name starts with a
+-- NUL byte).
+local function params_of(name, kind)
+  local p = Pcache[name]
+  if p then return p end
+  local pk = Pkey[name]
+  if pk and pk ~= 'N' then
+    -- By the kind digit (kind_params's key is "\0" and the digit).
+    p = SC and SC.bypk[pk]
+    if not p then
+      p = kind_params('\0' .. pk)
+      SC.bypk[pk] = p
+    end
+  else
+    settings()
+    p = SC.named[name]
+    if not p then
+      local raw = call('HGET', P .. 'np', name)
+      if not raw and kind then raw = '\0' .. kind end
+      if not raw then fail('CORRUPT', 'scope ' .. name .. ' has no parameters') end
+      if sbyte(raw, 1) == 0 then
+        p = kind_params(raw)
+      else
+        p = decode_params(raw, name)
+        SC.named[name] = p
+      end
+    end
+  end
+  Pcache[name] = p
+  return p
+end
+

@@ -1,0 +1,336 @@
+-- lua/08_records.lua: name records, one per group key or scheduler scope, in linear-hashed
+-- hash buckets. Mirrors the group and scope records of
+-- crates/frontier-core/src/dispatch/groups.rs (and crates/frontier-core/src/group.rs).
+--
+-- One record per name in use, as a group key, a scheduler scope, or both (the common
+-- case: a host is its own group and that group's only scope). Records live in hash
+-- buckets N:<b>, field = the name, grown by linear hashing (at most ~48 records per
+-- bucket on average, so buckets stay listpacks). The group part carries the group's
+-- number (ties between never-served groups, and where its queue lives).
+local Nb = {}         -- name -> bucket key, this call (buckets split only at the end)
+local R = {}          -- name -> decoded record, or false when absent
+local Rdirty = {}
+-- A name's bucket hash: the first 32 bits of its SHA1. Redis's SHA1 costs more than the
+-- rest of a push's work on the name, and names recur from call to call (a crawl pushes
+-- to the same hosts again and again), so hashes are kept across calls (they depend on
+-- the name alone): two generations of at most NH_GEN names each (a name found in the
+-- older one moves to the newer; when the newer is full, it becomes the older), at most
+-- ~5 MB of the functions' memory.
+local NH_GEN = 16384
+local NH = {new = {}, old = {}, n = 0}
+local function nhash(name)
+  local new = NH.new
+  local h = new[name]
+  if h then return h end
+  h = NH.old[name] or tonumber(ssub(redis.sha1hex(name), 1, 8), 16)
+  if NH.n >= NH_GEN then
+    NH.old = new
+    new = {}
+    NH.new, NH.n = new, 0
+  end
+  new[name] = h
+  NH.n = NH.n + 1
+  return h
+end
+local NBK = {}        -- bucket number -> key, this call
+local function nbucket_of(h)
+  local m = 2 ^ C.hL
+  local b = h % m
+  if b < C.hS then b = h % (m * 2) end
+  local k = NBK[b]
+  if not k then
+    -- (string.format's %d: Lua's own number to string conversion is a %.14g printf.)
+    k = string.format('%sN:%d', P, b)
+    NBK[b] = k
+  end
+  return k
+end
+local function nbucket(name)
+  local b = Nb[name]
+  if not b then
+    b = nbucket_of(nhash(name))
+    Nb[name] = b
+  end
+  return b
+end
+
+-- A record starts with a byte of parts and short forms: 1 group part, 2 scope part, 4 the
+-- group's one scope is a domain (parameter key "1", left out), 8 queued < 256 (1 byte),
+-- 16 group number < 2^24 (3 bytes).
+-- Group part: number, queued, state (0 idle, 1 candidate, 2 parked), flags (1
+-- shared, 2 own queue key, 4 woken, 8 listed, 16 load, 32 parked, 64 delayed or active,
+-- 128 served); then delayed and active ('>I4I4'), last served ('>I5'), load (d), the
+-- listing's tier, the parked scope and the waking scope (indexes into the group's
+-- scopes, 1 byte each), the number of scopes and each one's parameter key (a kind digit,
+-- or N: configured by name). Absent optional fields are 0 or none.
+-- Scope part: flags (1 shared, 2 timer, 4 owner is the group of the same name, 8 owner
+-- named, 16 users other than 1); then the users ('>I4'), the timer (d) and the owner's
+-- name ('>H' length, bytes).
+local GST = {[0] = 'I', 'C', 'P', I = 0, C = 1, P = 2}
+-- The group part's fixed fields by short forms (parts / 8): number, queued, state, flags.
+local RFMT = {[0] = '>I4I4BB', '>I4BBB', '>I3I4BB', '>I3BBB'}
+local function tier_len(t)
+  local b = sbyte(t, 1)
+  if b == 0 or b == 255 then return 10 end
+  return 5
+end
+local function rbad(name) fail('CORRUPT', nbucket(name) .. '[' .. name .. ']: undecodable record') end
+-- RFMT.len: the lengths of its formats (a field is decoded only when the record holds all
+-- its bytes, so struct.unpack cannot fail); RFMT.out: rencode's pieces, one table for
+-- every call (only its first `n` entries are used). In RFMT: the main chunk is at Lua's
+-- 200 locals.
+RFMT.len = {[0] = 10, 7, 9, 6}
+RFMT.out = {}
+local function rdecode(name, raw)
+  local parts = sbyte(raw, 1)
+  if not parts or parts > 31 then rbad(name) end
+  local pos = 2
+  local len = #raw
+  local g, s
+  if parts % 2 == 1 then
+    local short = floor(parts / 8)
+    if len < RFMT.len[short] + 1 then rbad(name) end
+    local gid, n, st, gf
+    gid, n, st, gf, pos = sunpack(RFMT[short], raw, pos)
+    st = GST[st]
+    if not st then rbad(name) end
+    local dl, a, ls, ld = 0, 0, 0, 0
+    if gf % 128 >= 64 then
+      if len < pos + 7 then rbad(name) end
+      dl, a, pos = sunpack('>I4I4', raw, pos)
+    end
+    if gf >= 128 then
+      if len < pos + 4 then rbad(name) end
+      ls, pos = sunpack('>I5', raw, pos)
+    end
+    if gf % 32 >= 16 then
+      if len < pos + 7 then rbad(name) end
+      ld, pos = sunpack('>d', raw, pos)
+    end
+    g = {gid = gid, n = n, dl = dl, a = a, ls = ls, st = st, ld = ld, sh = gf % 2 == 1,
+         own = gf % 4 >= 2}
+    if gf % 16 >= 8 then
+      local b = sbyte(raw, pos)
+      local tl = (b == 0 or b == 255) and 10 or 5
+      g.tier = ssub(raw, pos, pos + tl - 1)
+      if #g.tier ~= tl then rbad(name) end
+      pos = pos + tl
+    end
+    if gf % 64 >= 32 then
+      g.ps = sbyte(raw, pos)
+      pos = pos + 1
+    end
+    if gf % 8 >= 4 then
+      g.wb = sbyte(raw, pos)
+      pos = pos + 1
+    end
+    if parts % 8 >= 4 then
+      g.pk = '1'
+    else
+      local npk = sbyte(raw, pos)
+      if not npk then rbad(name) end
+      g.pk = ssub(raw, pos + 1, pos + npk)
+      if #g.pk ~= npk then rbad(name) end
+      pos = pos + 1 + npk
+    end
+  end
+  if parts % 4 >= 2 then
+    local sf = sbyte(raw, pos)
+    if not sf then rbad(name) end
+    pos = pos + 1
+    local rf, tm, ow = 1, nil, nil
+    if sf % 32 >= 16 then
+      if len < pos + 3 then rbad(name) end
+      rf, pos = sunpack('>I4', raw, pos)
+    end
+    if sf % 4 >= 2 then
+      if len < pos + 7 then rbad(name) end
+      tm, pos = sunpack('>d', raw, pos)
+    end
+    if sf % 8 >= 4 then ow = name end
+    if sf % 16 >= 8 then
+      if len < pos + 1 then rbad(name) end
+      local n
+      n, pos = sunpack('>H', raw, pos)
+      ow = ssub(raw, pos, pos + n - 1)
+      if #ow ~= n then rbad(name) end
+      pos = pos + n
+    end
+    s = {rf = rf, sh = sf % 2 == 1, tm = tm, ow = ow}
+  end
+  if pos ~= len + 1 then rbad(name) end
+  return {stored = true, g = g, s = s}
+end
+-- The record's fields go into RFMT.out in order and out in one struct.pack, whose format
+-- follows from the parts byte and the two flag bytes alone (RFMT.enc, by those three).
+function RFMT.fmt(parts, gf, sf)
+  local f = {'>B'}
+  if parts % 2 == 1 then
+    f[#f + 1] = ssub(RFMT[floor(parts / 8)], 2)
+    if gf % 128 >= 64 then f[#f + 1] = 'I4I4' end
+    if gf >= 128 then f[#f + 1] = 'I5' end
+    if gf % 32 >= 16 then f[#f + 1] = 'd' end
+    if gf % 16 >= 8 then f[#f + 1] = 'c0' end
+    if gf % 64 >= 32 then f[#f + 1] = 'B' end
+    if gf % 8 >= 4 then f[#f + 1] = 'B' end
+    if parts % 8 < 4 then f[#f + 1] = 'Bc0' end
+  end
+  if parts % 4 >= 2 then
+    f[#f + 1] = 'B'
+    if sf % 32 >= 16 then f[#f + 1] = 'I4' end
+    if sf % 4 >= 2 then f[#f + 1] = 'd' end
+    if sf % 16 >= 8 then f[#f + 1] = 'Hc0' end
+  end
+  return table.concat(f)
+end
+RFMT.enc = {}
+local function rencode(name, r)
+  local g, s = r.g, r.s
+  local parts = (g and 1 or 0) + (s and 2 or 0)
+  local out, n = RFMT.out, 1
+  local gf, sf = 0, 0
+  if g then
+    local short = (g.pk == '1' and 4 or 0) + (g.n < 256 and 8 or 0) + (g.gid < 16777216 and 16 or 0)
+    parts = parts + short
+    local counts = g.dl ~= 0 or g.a ~= 0
+    gf = (g.sh and 1 or 0) + (g.own and 2 or 0) + (g.wb and 4 or 0)
+      + (g.tier and 8 or 0) + (g.ld ~= 0 and 16 or 0) + (g.ps and 32 or 0)
+      + (counts and 64 or 0) + (g.ls ~= 0 and 128 or 0)
+    out[2], out[3], out[4], out[5] = g.gid, g.n, GST[g.st], gf
+    n = 5
+    if counts then out[n + 1], out[n + 2] = g.dl, g.a; n = n + 2 end
+    if g.ls ~= 0 then n = n + 1; out[n] = g.ls end
+    if g.ld ~= 0 then n = n + 1; out[n] = g.ld end
+    if g.tier then n = n + 1; out[n] = g.tier end
+    if g.ps then n = n + 1; out[n] = g.ps end
+    if g.wb then n = n + 1; out[n] = g.wb end
+    if g.pk ~= '1' then out[n + 1], out[n + 2] = #g.pk, g.pk; n = n + 2 end
+  end
+  if s then
+    local named = s.ow ~= nil and s.ow ~= name
+    sf = (s.sh and 1 or 0) + (s.tm and 2 or 0) + (s.ow == name and 4 or 0)
+      + (named and 8 or 0) + (s.rf ~= 1 and 16 or 0)
+    n = n + 1; out[n] = sf
+    if s.rf ~= 1 then n = n + 1; out[n] = s.rf end
+    if s.tm then n = n + 1; out[n] = s.tm end
+    if named then out[n + 1], out[n + 2] = #s.ow, s.ow; n = n + 2 end
+  end
+  out[1] = parts
+  local key = parts + 32 * gf + 8192 * sf
+  local f = RFMT.enc[key]
+  if not f then
+    f = RFMT.fmt(parts, gf, sf)
+    RFMT.enc[key] = f
+  end
+  return spack(f, unpack(out, 1, n))
+end
+local function rec(name)
+  local r = R[name]
+  if r == nil then
+    local raw = call('HGET', nbucket(name), name)
+    if raw then
+      r = rdecode(name, raw)
+      r._raw = raw   -- as stored: written back only when it changed
+    else
+      r = false
+    end
+    R[name] = r
+  end
+  return r or nil
+end
+local function rec_make(name)
+  local r = rec(name)
+  if not r then
+    r = {}
+    R[name] = r
+  end
+  Rdirty[name] = true
+  return r
+end
+local function rmark(name) Rdirty[name] = true end
+-- Reads the records of `names` not read yet in this call: one HMGET per bucket.
+local function rec_prefetch(names)
+  local by, want = {}, {}
+  for _, name in ipairs(names) do
+    if R[name] == nil and not want[name] then
+      want[name] = true
+      local t = cos.list_in(by, nbucket(name))
+      t[#t + 1] = name
+    end
+  end
+  for b, t in pairs(by) do
+    for i = 1, #t, 4000 do
+      local j = math.min(i + 3999, #t)
+      local v = call('HMGET', b, unpack(t, i, j))
+      for x = i, j do
+        local raw = v[x - i + 1]
+        if raw then
+          local r = rdecode(t[x], raw)
+          r._raw = raw
+          R[t[x]] = r
+        else
+          R[t[x]] = false
+        end
+      end
+    end
+  end
+end
+
+-- Linear hashing: bucket hS splits into hS and hS + 2^hL; hS goes round 0 .. 2^hL - 1.
+local function nsplit()
+  while C.hN > 48 * (2 ^ C.hL + C.hS) do
+    local L, sp = C.hL, C.hS
+    local m = 2 ^ L
+    local src, dst = P .. 'N:' .. sp, P .. 'N:' .. (sp + m)
+    local all = call('HGETALL', src)
+    local move, gone = {}, {}
+    for i = 1, #all, 2 do
+      if nhash(all[i]) % (2 * m) ~= sp then
+        move[#move + 1] = all[i]
+        move[#move + 1] = all[i + 1]
+        gone[#gone + 1] = all[i]
+      end
+    end
+    if #gone > 0 then
+      call_many('HSET', dst, move, 2000)
+      call_many('HDEL', src, gone, 1000)
+    end
+    sp = sp + 1
+    if sp == m then L, sp = L + 1, 0 end
+    C.hL = L
+    C.hS = sp
+  end
+end
+local function rflush()
+  local put = {}   -- bucket -> flat field/value list
+  for name in pairs(Rdirty) do
+    local r = R[name]
+    local b = nbucket(name)
+    if r and (r.g or r.s) then
+      local raw = rencode(name, r)
+      if raw ~= r._raw or not r.stored then
+        local t = put[b]
+        if t then
+          t[#t + 1] = name
+          t[#t + 1] = raw
+        else
+          put[b] = {name, raw}
+        end
+        r._raw = raw
+      end
+      if not r.stored then
+        r.stored = true
+        C.hN = C.hN + 1
+      end
+    elseif r and r.stored then
+      call('HDEL', b, name)
+      r.stored = false
+      r._raw = nil
+      C.hN = C.hN - 1
+    end
+  end
+  for b, flat in pairs(put) do call_many('HSET', b, flat, 2000) end
+  Rdirty = {}
+  nsplit()
+end
+

@@ -1,0 +1,397 @@
+-- lua/10_scheduler.lua: the scheduler: groups created and collected, insert, events
+-- (timers and delayed requests), choosing a candidate, idle eviction, and poll.
+-- Mirrors crates/frontier-core/src/dispatch/groups.rs, poll.rs and mod.rs, and idle
+-- eviction in crates/throttle-core/src/throttler/scope_map.rs.
+--
+-- group_for: the group of `key`, created if needed. Each scope's parameters come from
+-- `pks` (the parameter keys of the group this one replaces: a kind digit, or N for a
+-- scope configured by name), or `kinds` (the same, from the client, as a string), or the scope's entry
+-- in "np".
+local function group_for(key, kinds, pks)
+  local r = rec(key)
+  if r and r.g then return key end
+  local uses = uses_of(key)
+  local pk = {}
+  for i, u in ipairs(uses) do
+    if pks and #pks >= i then
+      pk[i] = ssub(pks, i, i)
+    elseif kinds and #kinds >= i then
+      pk[i] = ssub(kinds, i, i)
+    else
+      local v = call('HGET', P .. 'np', u[1])
+      if not v then fail('CORRUPT', 'scope ' .. u[1] .. ' has no parameters') end
+      if sbyte(v, 1) == 0 then pk[i] = ssub(v, 2, 2) else pk[i] = 'N' end
+    end
+    intern_scope(u[1])
+  end
+  local gid
+  if not X.gfree0 then
+    gid = tonumber(call('RPOP', P .. 'gfree') or '')
+    X.gfree0 = not gid
+  end
+  if not gid then
+    gid = C.gnext
+    C.gnext = gid + 1
+  end
+  r = rec_make(key)
+  local g = {gid = gid, n = 0, dl = 0, a = 0, ls = 0, st = 'I', ld = 0, sh = false,
+             own = false, pk = table.concat(pk)}
+  r.g = g
+  G(key)
+  C.groups = C.groups + 1
+  for _, u in ipairs(uses) do
+    local s = SSr(u[1])
+    if s.sh then
+      g.sh = true
+      if s.ow and s.ow ~= key then
+        local o = rec(s.ow)
+        if o and o.g then
+          o.g.sh = true
+          rmark(s.ow)
+        end
+      end
+    else
+      s.ow = key
+      rmark(u[1])
+    end
+  end
+  return key
+end
+
+local function enqueue(key, member)
+  local g = G(key)
+  local old = nil
+  if g.n > 0 then old = head_v(key) end
+  q_add(g, member)
+  g.n = g.n + 1
+  rmark(key)
+  C.queued = C.queued + 1
+  -- The head bucket changes only if the new member's bucket sorts before the old head's.
+  local mine = member_order(member)
+  local head, changed = old, false
+  if old == nil or mine < old then head, changed = mine, true end
+  if g.st == 'I' then
+    make_candidate(key, nil, head)
+  elseif g.st == 'C' and changed then
+    make_candidate(key, g.wb, head)
+  elseif g.st == 'P' and changed then
+    park(key, g.ps, head)
+  end
+end
+
+-- insert: `body` is flags(1) .. payload; `not_before` nil or a time.
+local function insert(key, seq, body, priority, start, not_before, now)
+  local class = class_of(start)
+  local member = order_member(priority, class, seq, body)
+  if not_before and not_before > now then
+    local g = G(key)
+    g.dl = g.dl + 1
+    rmark(key)
+    call('HSET', KDR, seq, spack('>i4BH', priority, class, #key) .. key .. member)
+    cos.add(KEV, spack('>d', not_before) .. '\1' .. spack('>I7', seq))
+    C.delayed = C.delayed + 1
+    return
+  end
+  enqueue(key, member)
+end
+
+local function event_time(m) return (field('>d', m, 1, KEV .. ' event')) end
+
+local function handle_events(now)
+  while true do
+    local m, sep = cos.first(KEV)
+    if not m then return end
+    local t = event_time(m)
+    if t > now then return end
+    cos.rem_at(KEV, sep, m)
+    local kind = sbyte(m, 9)
+    if kind == 0 then
+      local name = ssub(m, 10)
+      local r = rec(name)
+      local s = r and r.s
+      if s and s.tm == t then
+        s.tm = nil
+        rmark(name)
+        rearm(name, now)
+      end
+    elseif kind == 1 then
+      local seq = field('>I7', m, 10, KEV .. ' delayed request')
+      local raw = call('HGET', KDR, seq)
+      if raw then
+        call('HDEL', KDR, seq)
+        C.delayed = C.delayed - 1
+        local ok, _, _, len, pos = pcall(sunpack, '>i4BH', raw)
+        local key = ok and ssub(raw, pos, pos + len - 1)
+        local member = ok and ssub(raw, pos + len)
+        if not ok or #key ~= len or member == '' then
+          fail('CORRUPT', KDR .. '[' .. seq .. ']: truncated delayed request')
+        end
+        local g = G(key)
+        g.dl = g.dl - 1
+        rmark(key)
+        enqueue(key, member)
+      end
+    else
+      fail('CORRUPT', KEV .. ': unknown event')
+    end
+  end
+end
+
+local function pop_candidate()
+  while true do
+    local m = cos.pop(KCAND)
+    if not m then return nil end
+    local key = member_key(m)
+    local r = rec(key)
+    local g = r and r.g
+    if g and g.st == 'C' and g.tier and listing(key, g) == m then
+      G(key)
+      g.tier = nil
+      rmark(key)
+      if g.sh then
+        g.ld = tload(uses_of(key), 1)
+        local fresh = rank_member(key)
+        if tier_of(fresh) ~= tier_of(m) then
+          g.tier = tier_of(fresh)
+          cos.add(KCAND, fresh)
+        else
+          return key
+        end
+      else
+        return key
+      end
+    end
+  end
+end
+
+local function unthrottled_candidate()
+  local r = rec('')
+  if not r or not r.g or r.g.st ~= 'C' then return nil end
+  G('')
+  return ''
+end
+
+local function park_after_attempt(key, i, now)
+  local g = G(key)
+  local woken = g.wb
+  g.wb = nil
+  park(key, i)
+  if woken and woken ~= i then rearm(uses_of(key)[woken][1], now) end
+end
+
+-- The scope (index) of the group whose own wait ends at `t` (the latest of its scopes).
+local function binding_scope(key, t, now)
+  local uses = uses_of(key)
+  if #uses == 1 then return 1 end
+  local best_t, best_i = 0, 1
+  for i, u in ipairs(uses) do
+    local why = check_scope(u[1], u[2], now)
+    if why and why ~= 'blocked' then
+      if why == t then return i end
+      if why > best_t then best_t, best_i = why, i end
+    end
+  end
+  return best_i
+end
+
+local function blocking_scope(key, now)
+  for i, u in ipairs(uses_of(key)) do
+    if check_scope(u[1], u[2], now) == 'blocked' then return i end
+  end
+  return nil
+end
+
+-- Returns the head, its priority, class and sequence number and its body (flags and
+-- payload). `g`: G(key).
+local function take_head(key, g)
+  C.tick = C.tick + 1
+  -- The head and the one after it (the next head) in one read.
+  local k, slot = qloc(g)
+  cos.qflush(k)
+  local two
+  if g.own then
+    two = call('ZRANGE', k, '0', '1')
+  else
+    two = call('ZRANGE', k, slot, slot, 'BYSCORE', 'LIMIT', '0', '2')
+  end
+  local m = two[1]
+  if not m then fail('CORRUPT', 'group ' .. key .. ' counts requests but has none') end
+  cos.zrem1(k, m)
+  -- Still listed only when taken through the unthrottled lane: its listing holds the
+  -- old last-served tick, so it goes before that changes.
+  unlist(key, g)
+  local priority, class, seq, body = member_parts(m)
+  g.n = g.n - 1
+  g.a = g.a + 1
+  g.ls = C.tick
+  rmark(key)
+  C.queued = C.queued - 1
+  if g.n > 0 then
+    if not two[2] then fail('CORRUPT', 'group ' .. key .. ' counts requests but has none') end
+    make_candidate(key, nil, (member_order(two[2])), g)
+  else
+    g.st = 'I'
+  end
+  return m, priority, class, seq, body
+end
+
+local function collect(key)
+  local r = rec(key)
+  local g = r and r.g
+  if not g or g.n > 0 or g.dl > 0 or g.a > 0 or g.st ~= 'I' then return end
+  G(key)
+  unlist(key)
+  if g.own then
+    cos.qflush(P .. 'q:' .. g.gid)
+    call('DEL', P .. 'q:' .. g.gid)
+  end
+  call('RPUSH', P .. 'gfree', g.gid)
+  X.gfree0 = nil
+  r.g = nil
+  rmark(key)
+  C.groups = C.groups - 1
+  for i, u in ipairs(uses_of(key)) do
+    local name = u[1]
+    local s = SSr(name)
+    s.rf = s.rf - 1
+    rmark(name)
+    if s.rf == 0 then
+      -- No group uses the scope any more: its throttle state waits in "ti" for idle
+      -- eviction, with its parameter key where eviction can find it.
+      local st = tfind(name)
+      if st then
+        if X.tirem and X.tirem[name] then X.tirem[name] = false end
+        call('ZADD', KTI, st.lu, name)
+        local d = ssub(g.pk, i, i)
+        if d ~= 'N' and d ~= '' then call('HSETNX', P .. 'np', name, '\0' .. d) end
+      end
+      if s.sh then cos.del(pkey(name)) end
+      rec(name).s = nil
+    end
+  end
+end
+
+-- Idle eviction (docs/behaviour.md 3.9): a scope state that no group uses, idle for
+-- throttling_scope_max_idle, is dropped when nothing about it matters for the future
+-- (nothing in flight, no backoff, no future send time, no quota in use), as the
+-- in-process throttler evicts it; one that still matters is looked at again later.
+-- At most `budget` states are examined per call.
+-- The "ti" entries of scopes in use again (intern_scope), in one ZREM.
+function cos.ti_flush()
+  local t = X.tirem
+  if not t then return end
+  X.tirem = nil
+  local names = {}
+  for _, name in ipairs(t) do
+    if t[name] then
+      names[#names + 1] = name
+      t[name] = false
+    end
+  end
+  call_many('ZREM', KTI, names, 4000)
+end
+
+local function evict_idle(now, budget)
+  cos.ti_flush()
+  local max_idle = settings().max_idle_ns or 0
+  if max_idle <= 0 then return end
+  for _ = 1, budget do
+    local e = call('ZRANGE', KTI, '0', '0', 'WITHSCORES')
+    if #e == 0 then return end
+    local name, lu = e[1], tonumber(e[2])
+    if lu + max_idle > now then return end
+    local st = tfind(name)
+    if not st then
+      call('ZREM', KTI, name)
+    else
+      advance(st, params_of(name), now)
+      if st.a == 0 and st.lv == 0 and st.na <= now and st.hu <= now and st.qc == 0 then
+        call('HDEL', KT, name)
+        Tcache[name] = nil
+        local v = call('HGET', P .. 'np', name)
+        if v and sbyte(v, '1') == 0 then call('HDEL', P .. 'np', name) end
+        call('ZREM', KTI, name)
+        C.evicted = C.evicted + 1
+      else
+        call('ZADD', KTI, now, name)
+      end
+    end
+  end
+end
+
+local function lease_ended(key, load, now)
+  local g = G(key)
+  local candidate = g.st == 'C'
+  g.a = math.max(g.a - 1, 0)
+  load = load or g.ld
+  local reload = load ~= g.ld
+  g.ld = load
+  rmark(key)
+  if candidate and reload then make_candidate(key, g.wb) end
+  for _, u in ipairs(uses_of(key)) do rearm(u[1], now) end
+  collect(key)
+end
+
+local function next_event_time()
+  local m = cos.first(KEV)
+  if m then return event_time(m) end
+  return -1
+end
+
+-- Scheduler::poll. Returns 'ready', key, member, counted, priority, class; or 'peek', key;
+-- or 'until', t; or 'blocked'; or 'empty' (values, not a table: one table less per lease).
+-- `again`: another poll at the same instant in the same call, whose events were handled.
+local function sched_poll(now, reserve, again)
+  if not again then handle_events(now) end
+  while C.queued > 0 do
+    local key
+    if C.inf >= (S or settings()).concurrent_requests then
+      key = unthrottled_candidate()
+      if not key then return 'blocked' end
+    else
+      key = pop_candidate()
+      if not key then break end
+    end
+    local g = G(key)
+    local uses = g.u
+    local unthrottled = #uses == 0
+    local acquired, why, counted
+    if reserve then
+      -- try_acquire gives true and whether the send was counted, or nil and why not.
+      acquired, why = try_acquire(uses, unthrottled, now)
+      if acquired then counted, why = why, nil end
+    elseif not unthrottled then
+      why = tcheck(uses, now)
+    end
+    if reserve and acquired then
+      -- The permit's load: its scopes are the uses' (none when not throttled).
+      g.ld = tload(uses, 1)
+      local woken = g.wb
+      g.wb = nil
+      rmark(key)
+      local m, priority, class, seq, body = take_head(key, g)
+      if woken then rearm(uses[woken][1], now) end
+      return 'ready', key, m, counted, priority, class, seq, body
+    elseif not reserve and not why then
+      make_candidate(key, g.wb)
+      return 'peek', key
+    elseif why == 'blocked' then
+      local i = blocking_scope(key, now)
+      if i then
+        park_after_attempt(key, i, now)
+      else
+        make_candidate(key, g.wb)
+        return 'blocked'
+      end
+    else
+      local i = binding_scope(key, why, now)
+      park_after_attempt(key, i, now)
+      arm(uses[i][1], why)
+    end
+  end
+  if C.queued == 0 and C.delayed == 0 then return 'empty' end
+  local t = next_event_time()
+  if t >= 0 then return 'until', t end
+  return 'blocked'
+end
+

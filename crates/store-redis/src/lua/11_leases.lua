@@ -1,0 +1,138 @@
+-- lua/11_leases.lua: the frontier's operations begin here (a `do` block that
+-- 15_permits.lua closes): lease records, release, redelivery, init and callback names.
+-- Mirrors crates/frontier-core/src/leases.rs and crates/frontier-core/src/frontier.rs.
+--
+local KL, KLX, KST
+local OPS = {}
+-- The operations (and their helpers, local to this block: a function has at most 200
+-- local variables, the script's main chunk included).
+do
+-- A lease id is the request's sequence number plus 2^40 times its redelivery count (mod
+-- 64, kept in bits 2-7 of the request's flags byte), so a worker that lost its lease (it
+-- expired and went to another) cannot end the new one.
+local function lease_parts(id)
+  local n = tonumber(id)
+  if not n then fail('CONFIG', 'bad lease id ' .. tostring(id)) end
+  return n % SEQ_SPAN, floor(n / SEQ_SPAN)
+end
+local function stat(name, d) call('HINCRBY', KST, name, d) end
+
+-- Lease records: priority, flags (1 start, 2 dont_track, 4 counted), redelivery count,
+-- expiry, the group key's length, the group key, then the request's body (flags byte and
+-- payload).
+local LFMT = '>i4BBdH'
+local LFMT_PACK = LFMT .. 'c0c0'   -- then the group key and the body, whole
+local function lease_pack(pr, sr, dt, counted, k, x, g, b)
+  local bits = (sr and 1 or 0) + (dt and 2 or 0) + (counted and 4 or 0)
+  return spack(LFMT_PACK, pr, bits, k, x, #g, g, b)
+end
+local function lease_load(seq)
+  local raw = call('HGET', KL, seq)
+  if not raw then return nil end
+  local ok, pr, bits, k, x, len, pos = pcall(sunpack, LFMT, raw)
+  if not ok or #raw < pos + len then fail('CORRUPT', KL .. '[' .. seq .. ']: bad lease record') end
+  return {pr = pr, sr = bits % 2 == 1, dt = floor(bits / 2) % 2 == 1,
+          counted = floor(bits / 4) % 2 == 1, k = k, x = x, g = ssub(raw, pos, pos + len - 1),
+          b = ssub(raw, pos + len)}
+end
+-- The permit a lease holds: every scope of its group.
+local function lease_permit(rec)
+  local names = {}
+  if rec.counted then
+    G(rec.g)
+    for i, u in ipairs(uses_of(rec.g)) do names[i] = u[1] end
+  end
+  return {s = names, counted = rec.counted}
+end
+
+local function frontier_release(rec, outcome, now)
+  if rec.dt then outcome = {cancelled = true} end
+  local load = release(lease_permit(rec), outcome, now)
+  lease_ended(rec.g, load, now)
+end
+
+-- Expired leases go back to their group with their sequence number (redelivery).
+local function redeliver_expired(now, limit)
+  local due = call('ZRANGEBYSCORE', KLX, '-inf', now, 'LIMIT', '0', limit)
+  for _, seq in ipairs(due) do
+    -- A standalone permit ("p" and its id): its slots are freed as cancelled.
+    local rec = sbyte(seq, 1) ~= 112 and lease_load(seq)
+    if not rec and sbyte(seq, 1) == 112 then
+      if cos.pm_end(ssub(seq, 2), {cancelled = true}, now) then stat('permits_expired', 1) end
+    end
+    call('ZREM', KLX, seq)
+    if rec then
+      call('HDEL', KL, seq)
+      local key, pk = rec.g, G(rec.g).pk
+      frontier_release(rec, {cancelled = true}, now)
+      group_for(key, nil, pk)
+      local flags = sbyte(rec.b, 1) % 4 + ((rec.k + 1) % 64) * 4
+      insert(key, tonumber(seq), schar(flags) .. ssub(rec.b, 2), rec.pr, rec.sr, nil, now)
+      C.enq = C.enq + 1
+      C.redel = C.redel + 1
+    end
+  end
+end
+
+-- A response's third argument is its header delay in ns (-1: none), followed by
+-- "/" and the reset of a budget its headers announce as spent, when there is one.
+local function decode_outcome(kind, a, b)
+  if kind == 's' then
+    local hs, bs = string.match(b or '', '^(-?%d+)/(%d+)$')
+    local h = tonumber(hs or b)
+    if h and h < 0 then h = nil end
+    return {status = tonumber(a), header = h, budget = tonumber(bs)}
+  elseif kind == 'e' then
+    return {error = a}
+  end
+  return {cancelled = true}
+end
+
+local function next_expiry()
+  local lx = call('ZRANGE', KLX, '0', '0', 'WITHSCORES')
+  if #lx > 0 then return tonumber(lx[2]) end
+  return -1
+end
+
+-- Writes every cached change back. Called once at the end of an operation.
+local function flush_all()
+  cos.ti_flush()
+  tflush()
+  rflush()
+  cflush()
+end
+
+-- init SETTINGS_JSON LUA_JSON SEED_HI SEED_LO (NAME PARAMS_JSON)... : stores the settings,
+-- the few of them this script reads, the jitter seed and the scope parameters (first
+-- caller wins); returns the stored settings JSON so a worker can compare.
+OPS.init = function(args)
+  local layout = call('HGET', KCFG, 'layout')
+  if layout and tonumber(layout) ~= LAYOUT then
+    fail('VERSION', 'crawl keys use layout ' .. layout .. ', this client reads and writes '
+      .. LAYOUT .. ' (drain the crawl with the version that wrote it, or destroy it)')
+  end
+  if not layout then
+    call('HSET', KCFG, 'layout', LAYOUT, 'settings', args[1], 'lua', args[2])
+    local t = call('TIME')
+    call('HSET', KCFG, 'epoch_s', t[1], 'digest', redis.sha1hex(table.concat(args, '\0')))
+    cload()
+    C.rh = tonumber(args[3])
+    C.rl = tonumber(args[4])
+    cflush()
+    for i = 5, #args, 2 do call('HSET', P .. 'np', args[i], args[i + 1]) end
+  end
+  return call('HGET', KCFG, 'settings')
+end
+
+-- callback NAME: the crawl-wide number of a callback name (numbers are dense from 0).
+OPS.callback = function(args)
+  local id = call('HGET', P .. 'cbn', args[1])
+  if id then return tonumber(id) end
+  id = call('HLEN', P .. 'cbi')
+  call('HSET', P .. 'cbn', args[1], id)
+  call('HSET', P .. 'cbi', id, args[1])
+  return id
+end
+
+OPS.callback_name = function(args) return call('HGET', P .. 'cbi', args[1]) end
+

@@ -1,0 +1,143 @@
+-- lua/14_controls.lua: programmatic controls and inspection: delay_scope, set_delay,
+-- set_concurrency, reconcile, crawl_delay, scope stats, info. Mirrors
+-- crates/throttle-core/src/throttler/controls.rs and inspect.rs.
+--
+local function scope_changed(name, now)
+  local r = rec(name)
+  if r and r.s then rearm(name, now) end
+end
+
+-- Remembers the kind of a scope named by the caller (its default parameters).
+local function reg(name, kind)
+  if kind ~= '' then call('HSETNX', P .. 'np', name, '\0' .. kind) end
+end
+
+local function ov_update(name, f)
+  local old = override_of(name)
+  local ov = old or {}
+  f(ov)
+  override_save(name, ov, old ~= nil)
+end
+
+-- delay_scope NAME KIND NS
+OPS.delay_scope = function(args)
+  reg(args[1], args[2])
+  local now = tclamp(NOW)
+  local st, p = tresolve(args[1], now)
+  hard_delay(st, p, tonumber(args[3]), now)
+  flush_all()
+  return 1
+end
+
+-- set_delay NAME KIND SECS
+OPS.set_delay = function(args)
+  reg(args[1], args[2])
+  local secs = tonumber(args[3])
+  local now = tclamp(NOW)
+  ov_update(args[1], function(ov) ov.bd = secs end)
+  local st = tresolve(args[1], now)
+  set_base_delay(st, secs)
+  scope_changed(args[1], NOW)
+  flush_all()
+  return 1
+end
+
+-- set_concurrency NAME KIND N
+OPS.set_concurrency = function(args)
+  reg(args[1], args[2])
+  local c = tonumber(args[3])
+  local p = params_of(args[1])
+  if c ~= 0 and c < p.min_concurrency then
+    fail('CONFIG', 'concurrency must not be below the scope\'s min_concurrency ('
+      .. c .. ' < ' .. p.min_concurrency .. ')')
+  end
+  local now = tclamp(NOW)
+  ov_update(args[1], function(ov) ov.c = c end)
+  local st = tresolve(args[1], now)
+  st.c = c
+  scope_changed(args[1], NOW)
+  flush_all()
+  return 1
+end
+
+-- reconcile NAME KIND HOW VALUE (HOW: 'c' consumed delta, 'r' remaining)
+OPS.reconcile = function(args)
+  reg(args[1], args[2])
+  local v = tonumber(args[4])
+  local now = tclamp(NOW)
+  local st, p = tresolve(args[1], now)
+  if p.quota then
+    if args[3] == 'c' then st.qc = math.max(st.qc + v, 0)
+    else st.qc = math.max(p.quota - v, 0) end
+    if st.qc > 0 and not st.qs then st.qs = now end
+  end
+  scope_changed(args[1], NOW)
+  flush_all()
+  return 1
+end
+
+-- crawl_delay NAME KIND SECS: {'applied', delay, concurrency} / {'kept', warned} /
+-- {'ignored'}
+OPS.crawl_delay = function(args)
+  reg(args[1], args[2])
+  local name, secs = args[1], tonumber(args[3])
+  local s = settings()
+  if not s.throttling_robotstxt_obey or secs == 0 then return {'ignored'} end
+  local now = tclamp(NOW)
+  local capped = math.min(secs, s.throttling_robotstxt_max_delay)
+  local p = params_of(name)
+  local conflicts = (p.explicit_delay ~= nil and p.explicit_delay < capped)
+    or (p.explicit_concurrency ~= nil
+        and (p.explicit_concurrency == 0 or p.explicit_concurrency > 1))
+  local st0 = tfind(name)
+  local old_ov = override_of(name)
+  local ov = old_ov or {}
+  local current
+  if st0 then current = st0.bd else current = ov.bd or p.delay end
+  if conflicts then
+    local warned = not p.ignore_robots_txt and not ov.rw
+    if warned then
+      ov.rw = true
+      override_save(name, ov, old_ov ~= nil)
+      flush_all()
+    end
+    return {'kept', warned and 1 or 0}
+  end
+  local delay = math.max(current, capped)
+  local conc = math.max(p.min_concurrency, 1)
+  ov.bd, ov.c, ov.rd = delay, conc, delay
+  override_save(name, ov, old_ov ~= nil)
+  local st = tresolve(name, now)
+  raise_base_delay(st, delay)
+  st.c = conc
+  st.rf = delay
+  flush_all()
+  return {'applied', fmt(delay), conc}
+end
+
+-- scope NAME KIND [raw]: the scope's stats as of now, or nil if it has no state.
+-- With a third argument 'raw': as of the last operation on it, without applying
+-- anything (a read that changes nothing).
+OPS.scope = function(args)
+  reg(args[1], args[2])
+  local st = tfind(args[1])
+  if not st then return nil end
+  if args[3] ~= 'raw' then
+    advance(st, params_of(args[1]), tclamp(NOW))
+    flush_all()
+  end
+  return {st.sn, st.dn, st.tr, st.a, fmt(st.bd), fmt(st.d), st.c, st.lv, fmt(st.na),
+          fmt(st.hu), fmt(st.qc)}
+end
+
+-- info: counters {queued, delayed, leased, in_flight(throttle), groups, enq, deq, leased,
+-- acked, retried, redel, dmax, permits held, stats...}
+OPS.info = function(args)
+  local st = call('HGETALL', KST)
+  local out = {C.queued, C.delayed, call('HLEN', KL), C.inf,
+               C.groups, C.enq, C.deq, C.leased, C.acked,
+               C.retried, C.redel, C.dmax, call('HLEN', P .. 'pm')}
+  for i = 1, #st do out[#out + 1] = st[i] end
+  return out
+end
+

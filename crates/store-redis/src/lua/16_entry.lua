@@ -1,0 +1,61 @@
+-- lua/16_entry.lua: the entry point: resetting the per-call caches and dispatching an
+-- operation by name (main). Mirrors crates/store-redis/src/frontier/server_code.rs's side
+-- of the call (no throttle-core or frontier-core counterpart).
+--
+-- Starts a call on the crawl with key prefix `prefix`: forgets everything cached by the
+-- previous call (what follows from the settings alone stays, keyed by their text).
+local KEYC = {}   -- prefix -> its key names (the same for every call on the crawl)
+local function reset(prefix)
+  bind()
+  P = prefix
+  local k = KEYC[P]
+  if not k then
+    k = {P .. 'c', P .. 'cfg', P .. 't', P .. 'ov', P .. 'C', P .. 'E', P .. 'ti', P .. 'dr',
+         P .. 'L', P .. 'lx', P .. 'st'}
+    KEYC[P] = k
+  end
+  KC, KCFG, KT, KOV, KCAND, KEV, KTI, KDR, KL, KLX, KST = unpack(k)
+  -- The call's tables are emptied and used again (fewer allocations, so less work for
+  -- Lua's collector, which costs more than the tables themselves); big ones are new.
+  local fresh = cos.fresh
+  CARD = fresh(CARD)
+  local first, fsep = X.first or {}, X.fsep or {}
+  X = fresh(X)
+  X.first, X.fsep = fresh(first), fresh(fsep)
+  -- C's values are read again before any use (its metatable loads them). The metatable
+  -- goes on here, on the first call: a function library's load runs without
+  -- setmetatable.
+  if getmetatable(C) ~= CMETA then setmetatable(C, CMETA) end
+  if Cloaded then
+    for i = 1, #CN do C[CN[i]] = nil end
+    Cloaded = false
+  end
+  S, SRAW, SDIGEST, SC, EPOCH_S, LAYOUT_SEEN = nil, nil, nil, nil, nil, nil
+  Pcache, Pkey = fresh(Pcache), fresh(Pkey)
+  NOW = nil
+  Tcache = fresh(Tcache)
+  Nb, R, Rdirty, U, NBK = fresh(Nb), fresh(R), fresh(Rdirty), fresh(U), fresh(NBK)
+end
+
+local bare = {init = true, callback = true, callback_name = true, debug_ns = true,
+              debug_rng = true}
+
+local function main(keys, argv)
+  if type(keys[1]) ~= 'string' or keys[1] == '' then fail('CONFIG', 'no crawl prefix') end
+  reset(keys[1])
+  local op = OPS[argv[1]]
+  if not op then fail('CONFIG', 'unknown operation ' .. tostring(argv[1])) end
+  local args = {}
+  for i = 3, #argv do args[#args + 1] = argv[i] end
+  if not bare[argv[1]] then
+    load_cfg()
+    local layout = LAYOUT_SEEN
+    if not layout then fail('CONFIG', 'the crawl ' .. P .. ' is not initialised') end
+    if tonumber(layout) ~= LAYOUT then
+      fail('VERSION', 'crawl keys use layout ' .. layout .. ', this client reads and writes '
+        .. LAYOUT .. ' (drain the crawl with the version that wrote it, or destroy it)')
+    end
+    NOW = read_now(argv[2])
+  end
+  return op(args)
+end
