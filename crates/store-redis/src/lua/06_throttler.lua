@@ -4,19 +4,29 @@
 -- scope_map.rs (finding and creating states) and hibernation.rs (overrides).
 --
 -- Overrides (live changes and Crawl-delay results), by scope name.
+-- An override is a table of base_delay (set_delay, Crawl-delay), concurrency
+-- (set_concurrency, Crawl-delay), robots_floor (Crawl-delay) and robots_warned (a
+-- conflicting Crawl-delay was reported), each nil when not overridden. Stored in "ov" as
+-- msgpack under the short keys bd, c, rd and rw (kept: existing crawls hold them).
 local KOV
 -- No lookup at all while the crawl has no override (the counter "ovn" counts them).
 local function override_of(name)
   if C.ovn == 0 then return nil end
-  return hload(KOV, name)
+  local stored = hload(KOV, name)
+  if not stored then return nil end
+  return {base_delay = stored.bd, concurrency = stored.c, robots_floor = stored.rd,
+          robots_warned = stored.rw}
 end
 local function override_save(name, ov, existed)
-  hsave(KOV, name, ov)
+  hsave(KOV, name, {bd = ov.base_delay, c = ov.concurrency, rd = ov.robots_floor,
+                    rw = ov.robots_warned})
   if not existed then C.ovn = C.ovn + 1 end
 end
 
 -- A scope state in "t": a byte saying which optional times are set (1 last sent, 2 ramp
--- start, 4 quota start, 8 robots floor), 14 doubles, then the optional ones.
+-- start, 4 quota start, 8 robots floor), 14 doubles (base_delay, delay, concurrency,
+-- active, level, next_allowed, hard_until, backoff_anchor, window_triggers, consumed,
+-- sent, done, triggers, last_used), then the optional ones.
 -- By `bits`: the doubles after the bits byte (decoding) and the whole record (encoding),
 -- each with one more double per optional time set; and the record's length.
 -- (One table of three: the main chunk is at Lua's 200 locals.)
@@ -35,27 +45,33 @@ local function tdecode(name, raw)
   if not bits or bits > 15 or #raw ~= len[bits] then
     fail('CORRUPT', KT .. '[' .. name .. ']: undecodable scope state')
   end
-  local bd, d, c, a, lv, na, hu, ba, wt, qc, sn, dn, tr, lu, o1, o2, o3, o4 =
-    sunpack(TF.dec[bits], raw, 2)
-  local s = {bd = bd, d = d, c = c, a = a, lv = lv, na = na, hu = hu, ba = ba, wt = wt,
-             qc = qc, sn = sn, dn = dn, tr = tr, lu = lu}
+  local base_delay, delay, concurrency, active, level, next_allowed, hard_until,
+    backoff_anchor, window_triggers, consumed, sent, done, triggers, last_used,
+    o1, o2, o3, o4 = sunpack(TF.dec[bits], raw, 2)
+  local s = {base_delay = base_delay, delay = delay, concurrency = concurrency,
+             active = active, level = level, next_allowed = next_allowed,
+             hard_until = hard_until, backoff_anchor = backoff_anchor,
+             window_triggers = window_triggers, consumed = consumed, sent = sent,
+             done = done, triggers = triggers, last_used = last_used}
   -- The optional times, in order, each taking the next value.
-  if bits % 2 == 1 then s.ls, o1, o2, o3 = o1, o2, o3, o4 end
-  if bits % 4 >= 2 then s.rs, o1, o2 = o1, o2, o3 end
-  if bits % 8 >= 4 then s.qs, o1 = o1, o2 end
-  if bits >= 8 then s.rf = o1 end
+  if bits % 2 == 1 then s.last_sent, o1, o2, o3 = o1, o2, o3, o4 end
+  if bits % 4 >= 2 then s.ramp_start, o1, o2 = o1, o2, o3 end
+  if bits % 8 >= 4 then s.quota_start, o1 = o1, o2 end
+  if bits >= 8 then s.robots_floor = o1 end
   return s
 end
 local function tencode(s)
-  local bits = (s.ls and 1 or 0) + (s.rs and 2 or 0) + (s.qs and 4 or 0) + (s.rf and 8 or 0)
+  local bits = (s.last_sent and 1 or 0) + (s.ramp_start and 2 or 0)
+    + (s.quota_start and 4 or 0) + (s.robots_floor and 8 or 0)
   if not TF.len[bits] then TF.make(bits) end
   -- The optional times that are set, in order, moved to the front.
-  local x1, x2, x3, x4 = s.ls, s.rs, s.qs, s.rf
+  local x1, x2, x3, x4 = s.last_sent, s.ramp_start, s.quota_start, s.robots_floor
   if not x3 then x3, x4 = x4, nil end
   if not x2 then x2, x3, x4 = x3, x4, nil end
   if not x1 then x1, x2, x3, x4 = x2, x3, x4, nil end
-  return spack(TF.enc[bits], bits, s.bd, s.d, s.c, s.a, s.lv, s.na, s.hu, s.ba, s.wt, s.qc,
-               s.sn, s.dn, s.tr, s.lu, x1, x2, x3, x4)
+  return spack(TF.enc[bits], bits, s.base_delay, s.delay, s.concurrency, s.active,
+               s.level, s.next_allowed, s.hard_until, s.backoff_anchor, s.window_triggers,
+               s.consumed, s.sent, s.done, s.triggers, s.last_used, x1, x2, x3, x4)
 end
 
 -- The state of `name`, created if needed, brought up to `now`, marked used.
@@ -79,13 +95,13 @@ local function tresolve(name, now)
     st = blank_state(p, now)
     local ov = override_of(name)
     if ov then
-      if ov.bd then set_base_delay(st, ov.bd) end
-      if ov.c then st.c = ov.c end
-      if ov.rd then st.rf = ov.rd end
+      if ov.base_delay then set_base_delay(st, ov.base_delay) end
+      if ov.concurrency then st.concurrency = ov.concurrency end
+      if ov.robots_floor then st.robots_floor = ov.robots_floor end
     end
     Tcache[name] = st
   end
-  st.lu = now
+  st.last_used = now
   return st, p
 end
 local function tflush()
@@ -183,7 +199,7 @@ end
 -- chunk is at Lua's 200 locals.
 function TF.load(name)
   local st = tfind(name)
-  if st and st.c ~= 0 then return st.a / st.c end
+  if st and st.concurrency ~= 0 then return st.active / st.concurrency end
   return 0
 end
 -- The highest load among the scopes of `list`: scope names, or with `field`, the names
@@ -212,9 +228,10 @@ local function release(permit, outcome, now)
     end
     if outcome.budget then
       -- The budget is spent: held until its reset (capped), no backoff step.
-      st.hu = math.max(st.hu, now + math.min(outcome.budget, secs_to_ns(p.bmax)))
+      st.hard_until = math.max(st.hard_until,
+                               now + math.min(outcome.budget, secs_to_ns(p.bmax)))
     end
-    st.lu = now
+    st.last_used = now
   end
   if permit.counted then C.inf = C.inf - 1 end
   return tload(permit.s)

@@ -261,7 +261,7 @@ local function collect(key)
       local st = tfind(name)
       if st then
         if X.tirem and X.tirem[name] then X.tirem[name] = false end
-        call('ZADD', KTI, st.lu, name)
+        call('ZADD', KTI, st.last_used, name)
         local d = ssub(g.pk, i, i)
         if d ~= 'N' and d ~= '' then call('HSETNX', P .. 'np', name, '\0' .. d) end
       end
@@ -305,7 +305,8 @@ local function evict_idle(now, budget)
       call('ZREM', KTI, name)
     else
       advance(st, params_of(name), now)
-      if st.a == 0 and st.lv == 0 and st.na <= now and st.hu <= now and st.qc == 0 then
+      if st.active == 0 and st.level == 0 and st.next_allowed <= now and st.hard_until <= now
+          and st.consumed == 0 then
         call('HDEL', KT, name)
         Tcache[name] = nil
         local v = call('HGET', P .. 'np', name)

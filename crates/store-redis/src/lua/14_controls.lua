@@ -34,7 +34,7 @@ OPS.set_delay = function(args)
   reg(args[1], args[2])
   local secs = tonumber(args[3])
   local now = tclamp(NOW)
-  ov_update(args[1], function(ov) ov.bd = secs end)
+  ov_update(args[1], function(ov) ov.base_delay = secs end)
   local st = tresolve(args[1], now)
   set_base_delay(st, secs)
   scope_changed(args[1], NOW)
@@ -52,9 +52,9 @@ OPS.set_concurrency = function(args)
       .. c .. ' < ' .. p.min_concurrency .. ')')
   end
   local now = tclamp(NOW)
-  ov_update(args[1], function(ov) ov.c = c end)
+  ov_update(args[1], function(ov) ov.concurrency = c end)
   local st = tresolve(args[1], now)
-  st.c = c
+  st.concurrency = c
   scope_changed(args[1], NOW)
   flush_all()
   return 1
@@ -67,9 +67,9 @@ OPS.reconcile = function(args)
   local now = tclamp(NOW)
   local st, p = tresolve(args[1], now)
   if p.quota then
-    if args[3] == 'c' then st.qc = math.max(st.qc + v, 0)
-    else st.qc = math.max(p.quota - v, 0) end
-    if st.qc > 0 and not st.qs then st.qs = now end
+    if args[3] == 'c' then st.consumed = math.max(st.consumed + v, 0)
+    else st.consumed = math.max(p.quota - v, 0) end
+    if st.consumed > 0 and not st.quota_start then st.quota_start = now end
   end
   scope_changed(args[1], NOW)
   flush_all()
@@ -93,11 +93,11 @@ OPS.crawl_delay = function(args)
   local old_ov = override_of(name)
   local ov = old_ov or {}
   local current
-  if st0 then current = st0.bd else current = ov.bd or p.delay end
+  if st0 then current = st0.base_delay else current = ov.base_delay or p.delay end
   if conflicts then
-    local warned = not p.ignore_robots_txt and not ov.rw
+    local warned = not p.ignore_robots_txt and not ov.robots_warned
     if warned then
-      ov.rw = true
+      ov.robots_warned = true
       override_save(name, ov, old_ov ~= nil)
       flush_all()
     end
@@ -105,12 +105,12 @@ OPS.crawl_delay = function(args)
   end
   local delay = math.max(current, capped)
   local conc = math.max(p.min_concurrency, 1)
-  ov.bd, ov.c, ov.rd = delay, conc, delay
+  ov.base_delay, ov.concurrency, ov.robots_floor = delay, conc, delay
   override_save(name, ov, old_ov ~= nil)
   local st = tresolve(name, now)
   raise_base_delay(st, delay)
-  st.c = conc
-  st.rf = delay
+  st.concurrency = conc
+  st.robots_floor = delay
   flush_all()
   return {'applied', fmt(delay), conc}
 end
@@ -126,8 +126,8 @@ OPS.scope = function(args)
     advance(st, params_of(args[1]), tclamp(NOW))
     flush_all()
   end
-  return {st.sn, st.dn, st.tr, st.a, fmt(st.bd), fmt(st.d), st.c, st.lv, fmt(st.na),
-          fmt(st.hu), fmt(st.qc)}
+  return {st.sent, st.done, st.triggers, st.active, fmt(st.base_delay), fmt(st.delay),
+          st.concurrency, st.level, fmt(st.next_allowed), fmt(st.hard_until), fmt(st.consumed)}
 end
 
 -- info: counters {queued, delayed, leased, in_flight(throttle), groups, enq, deq, leased,

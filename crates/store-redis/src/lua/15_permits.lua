@@ -19,7 +19,7 @@ function cos.pm_touch(name, kind, now, wake)
   else
     local st = tfind(name)
     if st then
-      call('ZADD', KTI, st.lu, name)
+      call('ZADD', KTI, st.last_used, name)
       reg(name, kind)
     end
   end
