@@ -52,7 +52,7 @@ local function read_now(arg)
 end
 
 -- The throttler's monotonic guard.
-local function tclamp(now)
+local function clock_clamp(now)
   local latest = C.tclk
   if now > latest then C.tclk = now; return now end
   return latest

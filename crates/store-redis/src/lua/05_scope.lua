@@ -6,10 +6,10 @@
 -- delay (seconds), concurrency, active, level (backoff), next_allowed, hard_until,
 -- last_sent, backoff_anchor, ramp_start, window_triggers, quota_start, consumed (quota),
 -- robots_floor (seconds), sent, done, triggers, last_used; times in ns. Its fields live
--- only during a call: the stored record (tencode, 06_throttler.lua) is positional.
+-- only during a call: the stored record (encode_state, 06_throttler.lua) is positional.
 -- last_sent, ramp_start, quota_start and robots_floor are nil when unset (Rust: None).
 local KT
-local Tcache = {}     -- name -> state, written back by tflush
+local Tcache = {}     -- name -> state, written back by flush_scopes
 local function blank_state(p, now)
   return {base_delay = p.delay, delay = p.delay, concurrency = p.concurrency, active = 0,
           level = 0, next_allowed = 0, hard_until = 0, backoff_anchor = now,

@@ -38,7 +38,7 @@ function TF.make(bits)
   TF.enc[bits] = TF.fmt .. extra
   TF.len[bits] = 113 + 8 * k
 end
-local function tdecode(name, raw)
+local function decode_state(name, raw)
   local bits = sbyte(raw, 1)
   local len = TF.len
   if bits and bits <= 15 and not len[bits] then TF.make(bits) end
@@ -60,7 +60,7 @@ local function tdecode(name, raw)
   if bits >= 8 then s.robots_floor = o1 end
   return s
 end
-local function tencode(s)
+local function encode_state(s)
   local bits = (s.last_sent and 1 or 0) + (s.ramp_start and 2 or 0)
     + (s.quota_start and 4 or 0) + (s.robots_floor and 8 or 0)
   if not TF.len[bits] then TF.make(bits) end
@@ -76,19 +76,19 @@ end
 
 -- The state of `name`, created if needed, brought up to `now`, marked used.
 -- Returns state, params.
-local function tfind(name)
+local function find_scope(name)
   local st = Tcache[name]
   if st then return st end
   local raw = call('HGET', KT, name)
   if not raw then return nil end
-  st = tdecode(name, raw)
+  st = decode_state(name, raw)
   st._raw = raw   -- as stored: written back only when it changed
   Tcache[name] = st
   return st
 end
-local function tresolve(name, now)
+local function resolve_scope(name, now)
   local p = params_of(name)
-  local st = tfind(name)
+  local st = find_scope(name)
   if st then
     advance(st, p, now)
   else
@@ -104,10 +104,10 @@ local function tresolve(name, now)
   st.last_used = now
   return st, p
 end
-local function tflush()
+local function flush_scopes()
   local args = {}
   for name, st in pairs(Tcache) do
-    local raw = tencode(st)
+    local raw = encode_state(st)
     if raw ~= st._raw then
       args[#args + 1] = name
       args[#args + 1] = raw
@@ -141,7 +141,7 @@ local function resolve_all(uses, now)
   local list = {}
   for _, u in ipairs(uses) do
     local a = norm_amount(u[2])
-    tresolve(u[1], now)
+    resolve_scope(u[1], now)
     local merged = false
     for _, x in ipairs(list) do
       if x[1] == u[1] then x[2] = x[2] + a; merged = true; break end
@@ -154,14 +154,14 @@ end
 -- try_acquire_hinted: returns true and whether the send is counted (the permit holds the
 -- uses' scopes, or none when not throttled), or nil and why.
 local function try_acquire(uses, dont_throttle, now)
-  now = tclamp(now)
+  now = clock_clamp(now)
   if dont_throttle then return true, false end
   if #uses == 1 then
     -- One scope (the common case): resolve_all, gate_all and the sends below, without
     -- their lists.
     local name = uses[1][1]
     local a = norm_amount(uses[1][2])
-    local st, p = tresolve(name, now)
+    local st, p = resolve_scope(name, now)
     if C.inf >= (S or settings()).concurrent_requests then return nil, 'blocked' end
     local g = gate(st, p, a, now)
     if g == 'full' then return nil, 'blocked' end
@@ -181,14 +181,14 @@ local function try_acquire(uses, dont_throttle, now)
 end
 
 local function tcheck(uses, now)
-  now = tclamp(now)
+  now = clock_clamp(now)
   local list = resolve_all(uses, now)
   return gate_all(list, now)
 end
 
 local function check_scope(name, amount, now)
-  now = tclamp(now)
-  local st, p = tresolve(name, now)
+  now = clock_clamp(now)
+  local st, p = resolve_scope(name, now)
   local g = gate(st, p, norm_amount(amount), now)
   if g == 'open' then return nil end
   if g == 'full' then return 'blocked' end
@@ -198,13 +198,13 @@ end
 -- A scope's load (in flight / concurrency; 0 unknown or unlimited). In TF: the main
 -- chunk is at Lua's 200 locals.
 function TF.load(name)
-  local st = tfind(name)
+  local st = find_scope(name)
   if st and st.concurrency ~= 0 then return st.active / st.concurrency end
   return 0
 end
 -- The highest load among the scopes of `list`: scope names, or with `field`, the names
 -- at x[field] of its items (1 for the uses' {name, amount}).
-local function tload(list, field)
+local function max_load(list, field)
   local best = 0
   for i = 1, #list do
     local x = list[i]
@@ -216,10 +216,10 @@ end
 
 -- release_and_load: frees the permit's slots and feeds the outcome to backoff.
 local function release(permit, outcome, now)
-  now = tclamp(now)
+  now = clock_clamp(now)
   for _, name in ipairs(permit.s) do
     local p = params_of(name)
-    local st = tfind(name)
+    local st = find_scope(name)
     if not st then fail('CORRUPT', 'lease holds scope ' .. name .. ' without a state') end
     advance(st, p, now)
     record_done(st)
@@ -234,6 +234,6 @@ local function release(permit, outcome, now)
     st.last_used = now
   end
   if permit.counted then C.inf = C.inf - 1 end
-  return tload(permit.s)
+  return max_load(permit.s)
 end
 

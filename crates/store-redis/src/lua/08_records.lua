@@ -8,8 +8,8 @@
 -- bucket on average, so buckets stay listpacks). The group part carries the group's
 -- number (ties between never-served groups, and where its queue lives).
 local Nb = {}         -- name -> bucket key, this call (buckets split only at the end)
-local R = {}          -- name -> decoded record, or false when absent
-local Rdirty = {}
+local rec_cache = {}          -- name -> decoded record, or false when absent
+local rec_dirty = {}
 -- A name's bucket hash: the first 32 bits of its SHA1. Redis's SHA1 costs more than the
 -- rest of a push's work on the name, and names recur from call to call (a crawl pushes
 -- to the same hosts again and again), so hashes are kept across calls (they depend on
@@ -225,7 +225,7 @@ local function rencode(name, r)
   return spack(f, unpack(out, 1, n))
 end
 local function rec(name)
-  local r = R[name]
+  local r = rec_cache[name]
   if r == nil then
     local raw = call('HGET', nbucket(name), name)
     if raw then
@@ -234,7 +234,7 @@ local function rec(name)
     else
       r = false
     end
-    R[name] = r
+    rec_cache[name] = r
   end
   return r or nil
 end
@@ -242,19 +242,19 @@ local function rec_make(name)
   local r = rec(name)
   if not r then
     r = {}
-    R[name] = r
+    rec_cache[name] = r
   end
-  Rdirty[name] = true
+  rec_dirty[name] = true
   return r
 end
-local function rmark(name) Rdirty[name] = true end
+local function rmark(name) rec_dirty[name] = true end
 -- Reads the records of `names` not read yet in this call: one HMGET per bucket.
 local function rec_prefetch(names)
   local by, want = {}, {}
   for _, name in ipairs(names) do
-    if R[name] == nil and not want[name] then
+    if rec_cache[name] == nil and not want[name] then
       want[name] = true
-      local t = cos.list_in(by, nbucket(name))
+      local t = lib.list_in(by, nbucket(name))
       t[#t + 1] = name
     end
   end
@@ -267,9 +267,9 @@ local function rec_prefetch(names)
         if raw then
           local r = rdecode(t[x], raw)
           r._raw = raw
-          R[t[x]] = r
+          rec_cache[t[x]] = r
         else
-          R[t[x]] = false
+          rec_cache[t[x]] = false
         end
       end
     end
@@ -303,8 +303,8 @@ local function nsplit()
 end
 local function rflush()
   local put = {}   -- bucket -> flat field/value list
-  for name in pairs(Rdirty) do
-    local r = R[name]
+  for name in pairs(rec_dirty) do
+    local r = rec_cache[name]
     local b = nbucket(name)
     if r and (r.g or r.s) then
       local raw = rencode(name, r)
@@ -330,7 +330,7 @@ local function rflush()
     end
   end
   for b, flat in pairs(put) do call_many('HSET', b, flat, 2000) end
-  Rdirty = {}
+  rec_dirty = {}
   nsplit()
 end
 

@@ -55,8 +55,8 @@ end
 
 -- The group part of `key`'s record (which must exist); remembers its scopes' parameter
 -- keys.
-local function G(key)
-  local r = R[key]
+local function group_of(key)
+  local r = rec_cache[key]
   if r == nil then r = rec(key) end
   local g = r and r.g
   if not g then fail('CORRUPT', 'group ' .. key .. ' has no record') end
@@ -73,7 +73,7 @@ local function G(key)
   end
   return g
 end
-local function SSr(name)
+local function sched_scope_of(name)
   local r = rec(name)
   local s = r and r.s
   if not s then fail('CORRUPT', 'scope ' .. name .. ' has no scheduler record') end
@@ -179,30 +179,30 @@ local function qloc(g)
 end
 local function q_head(g)
   local k, slot = qloc(g)
-  cos.qflush(k)
+  lib.qflush(k)
   if g.own then return call('ZRANGE', k, '0', '0')[1] end
   return call('ZRANGE', k, slot, slot, 'BYSCORE', 'LIMIT', '0', '1')[1]
 end
 local function q_add(g, member)
   local k, slot = qloc(g)
-  if not g.own and cos.card(k) >= QBUCKET_MAX then
+  if not g.own and lib.card(k) >= QBUCKET_MAX then
     -- The shared bucket is full: this group's requests move to a key of their own.
-    cos.qflush(k)
+    lib.qflush(k)
     local mine = call('ZRANGE', k, slot, slot, 'BYSCORE')
     if #mine > 0 then
       call('ZREMRANGEBYSCORE', k, slot, slot)
-      CARD[k] = cos.card(k) - #mine
-      cos.zadd_all(P .. 'q:' .. g.gid, mine)
+      CARD[k] = lib.card(k) - #mine
+      lib.zadd_all(P .. 'q:' .. g.gid, mine)
     end
     g.own = true
     g.qk = nil
     k, slot = qloc(g)
   end
-  cos.qadd(k, slot, member)
+  lib.qadd(k, slot, member)
 end
 -- The order value of a group's head, or nil: a listed group's tier starts with it.
 local function head_v(key)
-  local g = G(key)
+  local g = group_of(key)
   if g.n == 0 then return nil end
   if g.tier then return (member_order(g.tier)) end
   local h = q_head(g)
@@ -223,9 +223,9 @@ local function amount_of(key)
   return a
 end
 -- `head`: the head's order value, nil (look it up) or false (none).
--- `g`: G(key), when the caller has it.
+-- `g`: group_of(key), when the caller has it.
 local function rank_member(key, head, g)
-  g = g or G(key)
+  g = g or group_of(key)
   local v = head
   if v == nil then v = head_v(key) elseif v == false then v = nil end
   if not v then v = -2 * I32_MIN + 1 end
@@ -265,24 +265,24 @@ local function listing(key, g)
 end
 local function pkey(name) return P .. 'k:' .. name end
 
--- `g`: G(key), when the caller has it.
+-- `g`: group_of(key), when the caller has it.
 local function unlist(key, g)
-  g = g or G(key)
+  g = g or group_of(key)
   if g.tier then
     if g.st == 'C' then
-      cos.rem(KCAND, listing(key, g))
+      lib.rem(KCAND, listing(key, g))
     elseif g.st == 'P' then
       local name = uses_of(key)[g.ps][1]
-      if SSr(name).sh then cos.rem(pkey(name), listing(key, g)) end
+      if sched_scope_of(name).sh then lib.rem(pkey(name), listing(key, g)) end
     end
     g.tier = nil
     rmark(key)
   end
 end
 
--- `g`: G(key), when the caller has it.
+-- `g`: group_of(key), when the caller has it.
 local function make_candidate(key, woken, head, g)
-  g = g or G(key)
+  g = g or group_of(key)
   unlist(key, g)
   local m = rank_member(key, head, g)
   g.st = 'C'
@@ -290,14 +290,14 @@ local function make_candidate(key, woken, head, g)
   g.ps = nil
   g.tier = tier_of(m)
   rmark(key)
-  cos.add(KCAND, m)
+  lib.add(KCAND, m)
 end
 
 -- A group parked on scope number `i` of its own: listed there when the scope is shared;
 -- an unshared scope's one parked group is its owner (nothing to list).
 local function park(key, i, head)
   unlist(key)
-  local g = G(key)
+  local g = group_of(key)
   local m = rank_member(key, head)
   g.st = 'P'
   g.ps = i
@@ -305,15 +305,15 @@ local function park(key, i, head)
   g.tier = tier_of(m)
   rmark(key)
   local name = uses_of(key)[i][1]
-  if SSr(name).sh then cos.add(pkey(name), m) end
+  if sched_scope_of(name).sh then lib.add(pkey(name), m) end
 end
 
 local function arm(name, at)
-  local s = SSr(name)
+  local s = sched_scope_of(name)
   if s.tm == nil or at < s.tm then
     s.tm = at
     rmark(name)
-    cos.add(KEV, spack('>d', at) .. '\0' .. name)
+    lib.add(KEV, spack('>d', at) .. '\0' .. name)
   end
 end
 
@@ -327,15 +327,15 @@ end
 -- one group parked on a scope nobody else uses too (it may share its other scopes), as
 -- Scheduler::best_parked refreshes by the group, not by the scope.
 local function best_parked(name)
-  local s = SSr(name)
+  local s = sched_scope_of(name)
   if not s.sh then
     local key = s.ow
     local r = key and rec(key)
     local g = r and r.g
     if g and parked_on(key, g, name) then
-      G(key)
+      group_of(key)
       if g.sh then
-        g.ld = tload(uses_of(key), 1)
+        g.ld = max_load(uses_of(key), 1)
         g.tier = tier_of(rank_member(key))
         rmark(key)
       end
@@ -345,23 +345,23 @@ local function best_parked(name)
   end
   local T = pkey(name)
   while true do
-    local m = cos.first(T)
+    local m = lib.first(T)
     if not m then return nil end
     local key = member_key(m)
     local r = rec(key)
     local g = r and r.g
     if g and parked_on(key, g, name) and g.tier and listing(key, g) == m then
-      G(key)
+      group_of(key)
       if not g.sh then return key end
-      g.ld = tload(uses_of(key), 1)
+      g.ld = max_load(uses_of(key), 1)
       rmark(key)
       local fresh = rank_member(key)
       if fresh == m then return key end
-      cos.rem(T, m)
-      cos.add(T, fresh)
+      lib.rem(T, m)
+      lib.add(T, fresh)
       g.tier = tier_of(fresh)
     else
-      cos.rem(T, m)  -- a stale listing
+      lib.rem(T, m)  -- a stale listing
     end
   end
 end
@@ -392,7 +392,7 @@ local function intern_scope(name)
       local o = s.ow and rec(s.ow)
       local og = o and o.g
       if og and og.tier and parked_on(s.ow, og, name) then
-        cos.add(pkey(name), listing(s.ow, og))
+        lib.add(pkey(name), listing(s.ow, og))
       end
     end
     rmark(name)
@@ -401,10 +401,10 @@ local function intern_scope(name)
   r = rec_make(name)
   r.s = {rf = 1, sh = false}
   -- In use again: not idle (one ZREM for the whole call, before "ti" is next read).
-  local t = X.tirem
+  local t = this_call.tirem
   if not t then
     t = {}
-    X.tirem = t
+    this_call.tirem = t
   end
   t[#t + 1] = name
   t[name] = true

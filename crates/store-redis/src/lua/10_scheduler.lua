@@ -25,9 +25,9 @@ local function group_for(key, kinds, pks)
     intern_scope(u[1])
   end
   local gid
-  if not X.gfree0 then
+  if not this_call.gfree0 then
     gid = tonumber(call('RPOP', P .. 'gfree') or '')
-    X.gfree0 = not gid
+    this_call.gfree0 = not gid
   end
   if not gid then
     gid = C.gnext
@@ -37,10 +37,10 @@ local function group_for(key, kinds, pks)
   local g = {gid = gid, n = 0, dl = 0, a = 0, ls = 0, st = 'I', ld = 0, sh = false,
              own = false, pk = table.concat(pk)}
   r.g = g
-  G(key)
+  group_of(key)
   C.groups = C.groups + 1
   for _, u in ipairs(uses) do
-    local s = SSr(u[1])
+    local s = sched_scope_of(u[1])
     if s.sh then
       g.sh = true
       if s.ow and s.ow ~= key then
@@ -59,7 +59,7 @@ local function group_for(key, kinds, pks)
 end
 
 local function enqueue(key, member)
-  local g = G(key)
+  local g = group_of(key)
   local old = nil
   if g.n > 0 then old = head_v(key) end
   q_add(g, member)
@@ -84,11 +84,11 @@ local function insert(key, seq, body, priority, start, not_before, now)
   local class = class_of(start)
   local member = order_member(priority, class, seq, body)
   if not_before and not_before > now then
-    local g = G(key)
+    local g = group_of(key)
     g.dl = g.dl + 1
     rmark(key)
     call('HSET', KDR, seq, spack('>i4BH', priority, class, #key) .. key .. member)
-    cos.add(KEV, spack('>d', not_before) .. '\1' .. spack('>I7', seq))
+    lib.add(KEV, spack('>d', not_before) .. '\1' .. spack('>I7', seq))
     C.delayed = C.delayed + 1
     return
   end
@@ -99,11 +99,11 @@ local function event_time(m) return (field('>d', m, 1, KEV .. ' event')) end
 
 local function handle_events(now)
   while true do
-    local m, sep = cos.first(KEV)
+    local m, sep = lib.first(KEV)
     if not m then return end
     local t = event_time(m)
     if t > now then return end
-    cos.rem_at(KEV, sep, m)
+    lib.rem_at(KEV, sep, m)
     local kind = sbyte(m, 9)
     if kind == 0 then
       local name = ssub(m, 10)
@@ -126,7 +126,7 @@ local function handle_events(now)
         if not ok or #key ~= len or member == '' then
           fail('CORRUPT', KDR .. '[' .. seq .. ']: truncated delayed request')
         end
-        local g = G(key)
+        local g = group_of(key)
         g.dl = g.dl - 1
         rmark(key)
         enqueue(key, member)
@@ -139,21 +139,21 @@ end
 
 local function pop_candidate()
   while true do
-    local m = cos.pop(KCAND)
+    local m = lib.pop(KCAND)
     if not m then return nil end
     local key = member_key(m)
     local r = rec(key)
     local g = r and r.g
     if g and g.st == 'C' and g.tier and listing(key, g) == m then
-      G(key)
+      group_of(key)
       g.tier = nil
       rmark(key)
       if g.sh then
-        g.ld = tload(uses_of(key), 1)
+        g.ld = max_load(uses_of(key), 1)
         local fresh = rank_member(key)
         if tier_of(fresh) ~= tier_of(m) then
           g.tier = tier_of(fresh)
-          cos.add(KCAND, fresh)
+          lib.add(KCAND, fresh)
         else
           return key
         end
@@ -167,12 +167,12 @@ end
 local function unthrottled_candidate()
   local r = rec('')
   if not r or not r.g or r.g.st ~= 'C' then return nil end
-  G('')
+  group_of('')
   return ''
 end
 
 local function park_after_attempt(key, i, now)
-  local g = G(key)
+  local g = group_of(key)
   local woken = g.wb
   g.wb = nil
   park(key, i)
@@ -202,12 +202,12 @@ local function blocking_scope(key, now)
 end
 
 -- Returns the head, its priority, class and sequence number and its body (flags and
--- payload). `g`: G(key).
+-- payload). `g`: group_of(key).
 local function take_head(key, g)
   C.tick = C.tick + 1
   -- The head and the one after it (the next head) in one read.
   local k, slot = qloc(g)
-  cos.qflush(k)
+  lib.qflush(k)
   local two
   if g.own then
     two = call('ZRANGE', k, '0', '1')
@@ -216,7 +216,7 @@ local function take_head(key, g)
   end
   local m = two[1]
   if not m then fail('CORRUPT', 'group ' .. key .. ' counts requests but has none') end
-  cos.zrem1(k, m)
+  lib.zrem1(k, m)
   -- Still listed only when taken through the unthrottled lane: its listing holds the
   -- old last-served tick, so it goes before that changes.
   unlist(key, g)
@@ -239,33 +239,33 @@ local function collect(key)
   local r = rec(key)
   local g = r and r.g
   if not g or g.n > 0 or g.dl > 0 or g.a > 0 or g.st ~= 'I' then return end
-  G(key)
+  group_of(key)
   unlist(key)
   if g.own then
-    cos.qflush(P .. 'q:' .. g.gid)
+    lib.qflush(P .. 'q:' .. g.gid)
     call('DEL', P .. 'q:' .. g.gid)
   end
   call('RPUSH', P .. 'gfree', g.gid)
-  X.gfree0 = nil
+  this_call.gfree0 = nil
   r.g = nil
   rmark(key)
   C.groups = C.groups - 1
   for i, u in ipairs(uses_of(key)) do
     local name = u[1]
-    local s = SSr(name)
+    local s = sched_scope_of(name)
     s.rf = s.rf - 1
     rmark(name)
     if s.rf == 0 then
       -- No group uses the scope any more: its throttle state waits in "ti" for idle
       -- eviction, with its parameter key where eviction can find it.
-      local st = tfind(name)
+      local st = find_scope(name)
       if st then
-        if X.tirem and X.tirem[name] then X.tirem[name] = false end
+        if this_call.tirem and this_call.tirem[name] then this_call.tirem[name] = false end
         call('ZADD', KTI, st.last_used, name)
         local d = ssub(g.pk, i, i)
         if d ~= 'N' and d ~= '' then call('HSETNX', P .. 'np', name, '\0' .. d) end
       end
-      if s.sh then cos.del(pkey(name)) end
+      if s.sh then lib.del(pkey(name)) end
       rec(name).s = nil
     end
   end
@@ -277,10 +277,10 @@ end
 -- in-process throttler evicts it; one that still matters is looked at again later.
 -- At most `budget` states are examined per call.
 -- The "ti" entries of scopes in use again (intern_scope), in one ZREM.
-function cos.ti_flush()
-  local t = X.tirem
+function lib.ti_flush()
+  local t = this_call.tirem
   if not t then return end
-  X.tirem = nil
+  this_call.tirem = nil
   local names = {}
   for _, name in ipairs(t) do
     if t[name] then
@@ -292,7 +292,7 @@ function cos.ti_flush()
 end
 
 local function evict_idle(now, budget)
-  cos.ti_flush()
+  lib.ti_flush()
   local max_idle = settings().max_idle_ns or 0
   if max_idle <= 0 then return end
   for _ = 1, budget do
@@ -300,7 +300,7 @@ local function evict_idle(now, budget)
     if #e == 0 then return end
     local name, lu = e[1], tonumber(e[2])
     if lu + max_idle > now then return end
-    local st = tfind(name)
+    local st = find_scope(name)
     if not st then
       call('ZREM', KTI, name)
     else
@@ -321,7 +321,7 @@ local function evict_idle(now, budget)
 end
 
 local function lease_ended(key, load, now)
-  local g = G(key)
+  local g = group_of(key)
   local candidate = g.st == 'C'
   g.a = math.max(g.a - 1, 0)
   load = load or g.ld
@@ -334,7 +334,7 @@ local function lease_ended(key, load, now)
 end
 
 local function next_event_time()
-  local m = cos.first(KEV)
+  local m = lib.first(KEV)
   if m then return event_time(m) end
   return -1
 end
@@ -353,7 +353,7 @@ local function sched_poll(now, reserve, again)
       key = pop_candidate()
       if not key then break end
     end
-    local g = G(key)
+    local g = group_of(key)
     local uses = g.u
     local unthrottled = #uses == 0
     local acquired, why, counted
@@ -366,7 +366,7 @@ local function sched_poll(now, reserve, again)
     end
     if reserve and acquired then
       -- The permit's load: its scopes are the uses' (none when not throttled).
-      g.ld = tload(uses, 1)
+      g.ld = max_load(uses, 1)
       local woken = g.wb
       g.wb = nil
       rmark(key)

@@ -39,7 +39,7 @@ end
 local function lease_permit(rec)
   local names = {}
   if rec.counted then
-    G(rec.g)
+    group_of(rec.g)
     for i, u in ipairs(uses_of(rec.g)) do names[i] = u[1] end
   end
   return {s = names, counted = rec.counted}
@@ -58,12 +58,12 @@ local function redeliver_expired(now, limit)
     -- A standalone permit ("p" and its id): its slots are freed as cancelled.
     local rec = sbyte(seq, 1) ~= 112 and lease_load(seq)
     if not rec and sbyte(seq, 1) == 112 then
-      if cos.pm_end(ssub(seq, 2), {cancelled = true}, now) then stat('permits_expired', 1) end
+      if lib.pm_end(ssub(seq, 2), {cancelled = true}, now) then stat('permits_expired', 1) end
     end
     call('ZREM', KLX, seq)
     if rec then
       call('HDEL', KL, seq)
-      local key, pk = rec.g, G(rec.g).pk
+      local key, pk = rec.g, group_of(rec.g).pk
       frontier_release(rec, {cancelled = true}, now)
       group_for(key, nil, pk)
       local flags = sbyte(rec.b, 1) % 4 + ((rec.k + 1) % 64) * 4
@@ -96,8 +96,8 @@ end
 
 -- Writes every cached change back. Called once at the end of an operation.
 local function flush_all()
-  cos.ti_flush()
-  tflush()
+  lib.ti_flush()
+  flush_scopes()
   rflush()
   cflush()
 end

@@ -3,10 +3,10 @@
 --
 -- Bloom bit positions `ps` by the string that holds them (2^30 bits each): the strings
 -- in the order first met, and each one's positions in order.
-function cos.bf_strings(ps)
+function lib.bf_strings(ps)
   local byk, order = {}, {}
   for _, p in ipairs(ps) do
-    local t = cos.list_in(byk, floor(p / 1073741824), order)
+    local t = lib.list_in(byk, floor(p / 1073741824), order)
     t[#t + 1] = p
   end
   return order, byk
@@ -47,7 +47,7 @@ local function dedup_check(fps, n)
         end
       end
     end
-    X.dfadd = add
+    this_call.dfadd = add
   end
   if #bl > 0 then
     -- Every bit position of the batch, read once per string.
@@ -62,7 +62,7 @@ local function dedup_check(fps, n)
         end
       end
     end
-    local order, byk = cos.bf_strings(ps)
+    local order, byk = lib.bf_strings(ps)
     for _, k in ipairs(order) do
       local t = byk[k]
       local key = P .. 'bf:' .. k
@@ -102,16 +102,16 @@ local function dedup_check(fps, n)
         end
       end
     end
-    X.bfset = set
+    this_call.bfset = set
   end
   return dup
 end
 local function dedup_mark()
-  local add = X.dfadd
+  local add = this_call.dfadd
   if add then call_many('SADD', P .. 'df', add, 4000) end
-  local set = X.bfset
+  local set = this_call.bfset
   if set then
-    local order, byk = cos.bf_strings(set)
+    local order, byk = lib.bf_strings(set)
     for _, k in ipairs(order) do
       local a = {}
       for _, p in ipairs(byk[k]) do
@@ -123,6 +123,6 @@ local function dedup_mark()
       call_many('BITFIELD', P .. 'bf:' .. k, a, 4000)
     end
   end
-  X.dfadd, X.bfset = nil, nil
+  this_call.dfadd, this_call.bfset = nil, nil
 end
 

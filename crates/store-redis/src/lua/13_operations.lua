@@ -40,7 +40,7 @@ OPS.push = function(args)
     end
   end
   rec_prefetch(names)
-  X.qpend, X.cpend = {}, {}
+  this_call.qpend, this_call.cpend = {}, {}
   local out = {}
   local filtered = 0
   for r = 1, n do
@@ -63,8 +63,8 @@ OPS.push = function(args)
       out[r] = seq
     end
   end
-  cos.pflush_all()
-  cos.qflush_all()
+  lib.pflush_all()
+  lib.qflush_all()
   dedup_mark()
   if filtered > 0 then stat('filtered', filtered) end
   flush_all()
@@ -94,7 +94,7 @@ OPS.poll = function(args)
     redeliver_expired(NOW, limit)
     first_exp = nil
   end
-  evict_idle(tclamp(NOW), 2)
+  evict_idle(clock_clamp(NOW), 2)
   local out = {0}
   local last, last_t = 'more', nil
   local exp = NOW + lease_ns
@@ -155,7 +155,7 @@ OPS.peek = function(args)
   local kind, key = sched_poll(NOW, false)
   local out = {}
   if kind == 'peek' then
-    local m = q_head(G(key))
+    local m = q_head(group_of(key))
     if not m then fail('CORRUPT', 'group ' .. key .. ' counts requests but has none') end
     local _, _, seq, body = member_parts(m)
     out = {seq, ssub(body, 2), key}
@@ -193,7 +193,7 @@ OPS.retry = function(args)
   local rec, seq = lease_of(args[1])
   if not rec then return 0 end
   end_lease(seq)
-  local key, pk = rec.g, G(rec.g).pk
+  local key, pk = rec.g, group_of(rec.g).pk
   frontier_release(rec, decode_outcome(args[2], args[3], args[4]), NOW)
   group_for(key, nil, pk)
   local new_seq = C.seq

@@ -22,8 +22,8 @@ end
 -- delay_scope NAME KIND NS
 OPS.delay_scope = function(args)
   reg(args[1], args[2])
-  local now = tclamp(NOW)
-  local st, p = tresolve(args[1], now)
+  local now = clock_clamp(NOW)
+  local st, p = resolve_scope(args[1], now)
   hard_delay(st, p, tonumber(args[3]), now)
   flush_all()
   return 1
@@ -33,9 +33,9 @@ end
 OPS.set_delay = function(args)
   reg(args[1], args[2])
   local secs = tonumber(args[3])
-  local now = tclamp(NOW)
+  local now = clock_clamp(NOW)
   ov_update(args[1], function(ov) ov.base_delay = secs end)
-  local st = tresolve(args[1], now)
+  local st = resolve_scope(args[1], now)
   set_base_delay(st, secs)
   scope_changed(args[1], NOW)
   flush_all()
@@ -51,9 +51,9 @@ OPS.set_concurrency = function(args)
     fail('CONFIG', 'concurrency must not be below the scope\'s min_concurrency ('
       .. c .. ' < ' .. p.min_concurrency .. ')')
   end
-  local now = tclamp(NOW)
+  local now = clock_clamp(NOW)
   ov_update(args[1], function(ov) ov.concurrency = c end)
-  local st = tresolve(args[1], now)
+  local st = resolve_scope(args[1], now)
   st.concurrency = c
   scope_changed(args[1], NOW)
   flush_all()
@@ -64,8 +64,8 @@ end
 OPS.reconcile = function(args)
   reg(args[1], args[2])
   local v = tonumber(args[4])
-  local now = tclamp(NOW)
-  local st, p = tresolve(args[1], now)
+  local now = clock_clamp(NOW)
+  local st, p = resolve_scope(args[1], now)
   if p.quota then
     if args[3] == 'c' then st.consumed = math.max(st.consumed + v, 0)
     else st.consumed = math.max(p.quota - v, 0) end
@@ -83,13 +83,13 @@ OPS.crawl_delay = function(args)
   local name, secs = args[1], tonumber(args[3])
   local s = settings()
   if not s.throttling_robotstxt_obey or secs == 0 then return {'ignored'} end
-  local now = tclamp(NOW)
+  local now = clock_clamp(NOW)
   local capped = math.min(secs, s.throttling_robotstxt_max_delay)
   local p = params_of(name)
   local conflicts = (p.explicit_delay ~= nil and p.explicit_delay < capped)
     or (p.explicit_concurrency ~= nil
         and (p.explicit_concurrency == 0 or p.explicit_concurrency > 1))
-  local st0 = tfind(name)
+  local st0 = find_scope(name)
   local old_ov = override_of(name)
   local ov = old_ov or {}
   local current
@@ -107,7 +107,7 @@ OPS.crawl_delay = function(args)
   local conc = math.max(p.min_concurrency, 1)
   ov.base_delay, ov.concurrency, ov.robots_floor = delay, conc, delay
   override_save(name, ov, old_ov ~= nil)
-  local st = tresolve(name, now)
+  local st = resolve_scope(name, now)
   raise_base_delay(st, delay)
   st.concurrency = conc
   st.robots_floor = delay
@@ -120,10 +120,10 @@ end
 -- anything (a read that changes nothing).
 OPS.scope = function(args)
   reg(args[1], args[2])
-  local st = tfind(args[1])
+  local st = find_scope(args[1])
   if not st then return nil end
   if args[3] ~= 'raw' then
-    advance(st, params_of(args[1]), tclamp(NOW))
+    advance(st, params_of(args[1]), clock_clamp(NOW))
     flush_all()
   end
   return {st.sent, st.done, st.triggers, st.active, fmt(st.base_delay), fmt(st.delay),

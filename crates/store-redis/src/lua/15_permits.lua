@@ -6,18 +6,18 @@
 -- crawl's scope states). Records in "pm": id -> msgpack {s = the scope names (merged, in
 -- the order the permit holds them), k = their kind digits}; expiry in "lx" beside the
 -- leases, as the member "p" .. id, so expired permits are found where expired leases
--- are. Ids come from the stat "permits" (issued). The helpers live in `cos` (the main
+-- are. Ids come from the stat "permits" (issued). The helpers live in `lib` (the main
 -- chunk is at Lua's 200 locals).
 
 -- A scope a permit used: a scheduler scope's parked groups look again (a slot or the
 -- send time may have changed), or, used by no group, its state waits in "ti" for idle
 -- eviction, with its parameter key where eviction finds it.
-function cos.pm_touch(name, kind, now, wake)
+function lib.pm_touch(name, kind, now, wake)
   local r = rec(name)
   if r and r.s then
     if wake then rearm(name, now) end
   else
-    local st = tfind(name)
+    local st = find_scope(name)
     if st then
       call('ZADD', KTI, st.last_used, name)
       reg(name, kind)
@@ -26,7 +26,7 @@ function cos.pm_touch(name, kind, now, wake)
 end
 
 -- Ends permit `id` with `outcome` (frees its slots, feeds backoff): false if unknown.
-function cos.pm_end(id, outcome, now)
+function lib.pm_end(id, outcome, now)
   local KPM = P .. 'pm'
   local raw = call('HGET', KPM, id)
   call('ZREM', KLX, 'p' .. id)
@@ -38,12 +38,12 @@ function cos.pm_end(id, outcome, now)
   end
   for i, name in ipairs(r.s) do params_of(name, r.k[i]) end
   release({s = r.s, counted = true}, outcome, now)
-  for i, name in ipairs(r.s) do cos.pm_touch(name, r.k[i], now, true) end
+  for i, name in ipairs(r.s) do lib.pm_touch(name, r.k[i], now, true) end
   return true
 end
 
 -- Expired leases and permits, when the earliest expiry is due (at most LIMIT).
-function cos.pm_expire(limit)
+function lib.pm_expire(limit)
   local lx = call('ZRANGE', KLX, '0', '0', 'WITHSCORES')
   if #lx > 0 and tonumber(lx[2]) <= NOW then redeliver_expired(NOW, limit) end
 end
@@ -52,8 +52,8 @@ end
 -- once, as Throttler::try_acquire: {'ok', id, now}, {'until', t, now} or
 -- {'blocked', 0, now}.
 OPS.permit_acquire = function(args)
-  cos.pm_expire(tonumber(args[2]))
-  evict_idle(tclamp(NOW), 2)
+  lib.pm_expire(tonumber(args[2]))
+  evict_idle(clock_clamp(NOW), 2)
   local uses, kinds = {}, {}
   for i = 3, #args - 2, 3 do
     local name, kind = args[i], args[i + 1]
@@ -86,7 +86,7 @@ OPS.permit_acquire = function(args)
   else
     out = {'until', num(why), num(NOW)}
   end
-  for i, name in ipairs(names) do cos.pm_touch(name, kinds[i], NOW, false) end
+  for i, name in ipairs(names) do lib.pm_touch(name, kinds[i], NOW, false) end
   flush_all()
   return out
 end
@@ -96,12 +96,12 @@ end
 -- expiry it is freed as cancelled here, if nothing did it yet).
 OPS.permit_release = function(args)
   local id = args[1]
-  cos.pm_expire(tonumber(args[5]))
+  lib.pm_expire(tonumber(args[5]))
   local x = call('ZSCORE', KLX, 'p' .. id)
   local done = 0
   if x and tonumber(x) <= NOW then
-    if cos.pm_end(id, {cancelled = true}, NOW) then stat('permits_expired', 1) end
-  elseif cos.pm_end(id, decode_outcome(args[2], args[3], args[4]), NOW) then
+    if lib.pm_end(id, {cancelled = true}, NOW) then stat('permits_expired', 1) end
+  elseif lib.pm_end(id, decode_outcome(args[2], args[3], args[4]), NOW) then
     stat('permits_released', 1)
     done = 1
   end

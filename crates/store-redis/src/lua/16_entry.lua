@@ -17,11 +17,11 @@ local function reset(prefix)
   KC, KCFG, KT, KOV, KCAND, KEV, KTI, KDR, KL, KLX, KST = unpack(k)
   -- The call's tables are emptied and used again (fewer allocations, so less work for
   -- Lua's collector, which costs more than the tables themselves); big ones are new.
-  local fresh = cos.fresh
+  local fresh = lib.fresh
   CARD = fresh(CARD)
-  local first, fsep = X.first or {}, X.fsep or {}
-  X = fresh(X)
-  X.first, X.fsep = fresh(first), fresh(fsep)
+  local first, fsep = this_call.first or {}, this_call.fsep or {}
+  this_call = fresh(this_call)
+  this_call.first, this_call.fsep = fresh(first), fresh(fsep)
   -- C's values are read again before any use (its metatable loads them). The metatable
   -- goes on here, on the first call: a function library's load runs without
   -- setmetatable.
@@ -34,7 +34,8 @@ local function reset(prefix)
   Pcache, Pkey = fresh(Pcache), fresh(Pkey)
   NOW = nil
   Tcache = fresh(Tcache)
-  Nb, R, Rdirty, U, NBK = fresh(Nb), fresh(R), fresh(Rdirty), fresh(U), fresh(NBK)
+  Nb, rec_cache, rec_dirty, U, NBK =
+    fresh(Nb), fresh(rec_cache), fresh(rec_dirty), fresh(U), fresh(NBK)
 end
 
 local bare = {init = true, callback = true, callback_name = true, debug_ns = true,
