@@ -32,9 +32,11 @@
 -- PFCORRUPT (a value that does not decode), PFCONFIG (an invalid argument),
 -- PFVERSION (another layout version).
 
-local CN = {'seq', 'queued', 'delayed', 'inf', 'tick', 'gnext', 'groups', 'rh', 'rl', 'tclk',
-            'dmax', 'ovn', 'enq', 'deq', 'leased', 'acked', 'retried', 'redel', 'evicted',
-            'hL', 'hS', 'hN'}
+-- The counters (02_counters.lua), in the order of their doubles in the stored string.
+local CN = {'seq', 'queued', 'delayed', 'in_flight', 'tick', 'next_group', 'groups',
+            'rng_hi', 'rng_lo', 'clock', 'max_depth', 'overrides', 'enqueued', 'dequeued',
+            'leased', 'acked', 'retried', 'redelivered', 'evicted', 'bucket_level',
+            'bucket_split', 'bucket_records'}
 local CFMT   -- '>ddd...' (set by bind: load-time code cannot reach `string`)
 local P
 -- Library functions, bound at each call by bind(): a function library's load-time code

@@ -7,7 +7,12 @@
 -- C's fields are the counters by name, read and written directly (C.queued): the first
 -- read of one in a call loads them all (C's metatable, set by bind), and reset() clears
 -- them. The table is kept from call to call (its 22 fields are allocated once, not on
--- every call).
+-- every call). Names: seq (the last sequence number), queued, delayed, in_flight (the
+-- throttler's permits out), tick (the scheduler's serve clock), next_group (the next group
+-- number), groups, rng_hi and rng_lo (the jitter generator's state), clock (the
+-- throttler's latest time), max_depth, overrides (scopes with one), enqueued, dequeued,
+-- leased, acked, retried, redelivered, evicted (stats), and bucket_level, bucket_split and
+-- bucket_records (the name records' linear hashing, 08_records.lua).
 local C = {}
 local Cloaded = false
 local function cload()
@@ -19,13 +24,15 @@ local function cload()
     return
   end
   if #raw ~= 8 * #CN then fail('CORRUPT', KC .. ': counters of the wrong size') end
-  C.seq, C.queued, C.delayed, C.inf, C.tick, C.gnext, C.groups, C.rh, C.rl, C.tclk, C.dmax,
-    C.ovn, C.enq, C.deq, C.leased, C.acked, C.retried, C.redel, C.evicted, C.hL, C.hS,
-    C.hN = sunpack(CFMT, raw)
+  C.seq, C.queued, C.delayed, C.in_flight, C.tick, C.next_group, C.groups, C.rng_hi,
+    C.rng_lo, C.clock, C.max_depth, C.overrides, C.enqueued, C.dequeued, C.leased,
+    C.acked, C.retried, C.redelivered, C.evicted, C.bucket_level, C.bucket_split,
+    C.bucket_records = sunpack(CFMT, raw)
   -- Their sum is a number unless one is not (NaN); then find which.
-  local sum = C.seq + C.queued + C.delayed + C.inf + C.tick + C.gnext + C.groups + C.rh
-    + C.rl + C.tclk + C.dmax + C.ovn + C.enq + C.deq + C.leased + C.acked + C.retried
-    + C.redel + C.evicted + C.hL + C.hS + C.hN
+  local sum = C.seq + C.queued + C.delayed + C.in_flight + C.tick + C.next_group + C.groups
+    + C.rng_hi + C.rng_lo + C.clock + C.max_depth + C.overrides + C.enqueued + C.dequeued
+    + C.leased + C.acked + C.retried + C.redelivered + C.evicted + C.bucket_level
+    + C.bucket_split + C.bucket_records
   if sum ~= sum then
     for _, n in ipairs(CN) do
       if C[n] ~= C[n] then fail('CORRUPT', KC .. ': counter ' .. n .. ' is not a number') end
@@ -42,9 +49,10 @@ end}
 -- Written only when they changed (C._raw: as read).
 local function cflush()
   if not Cloaded then return end
-  local raw = spack(CFMT, C.seq, C.queued, C.delayed, C.inf, C.tick, C.gnext, C.groups,
-    C.rh, C.rl, C.tclk, C.dmax, C.ovn, C.enq, C.deq, C.leased, C.acked, C.retried, C.redel,
-    C.evicted, C.hL, C.hS, C.hN)
+  local raw = spack(CFMT, C.seq, C.queued, C.delayed, C.in_flight, C.tick, C.next_group,
+    C.groups, C.rng_hi, C.rng_lo, C.clock, C.max_depth, C.overrides, C.enqueued, C.dequeued,
+    C.leased, C.acked, C.retried, C.redelivered, C.evicted, C.bucket_level, C.bucket_split,
+    C.bucket_records)
   if raw ~= C._raw then
     call('SET', KC, raw)
     C._raw = raw

@@ -49,6 +49,11 @@ local function decode_params(raw, name)
     local codes = {}
     for _, c in ipairs(t.codes) do codes[c] = true end
     t.codeset = codes
+    -- params.rs ships (and "np" stores) these under short keys; the code reads them by
+    -- ScopeParams's names (windows in ns, the backoff's fields flattened).
+    t.quota_window, t.backoff_window = t.qw, t.bw
+    t.backoff_min_delay, t.backoff_max_delay, t.backoff_jitter = t.bmin, t.bmax, t.bjitter
+    t.qw, t.bw, t.bmin, t.bmax, t.bjitter = nil, nil, nil, nil, nil
     Pblob[raw] = t
   end
   return t

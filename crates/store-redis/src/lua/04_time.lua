@@ -53,8 +53,8 @@ end
 
 -- The throttler's monotonic guard.
 local function clock_clamp(now)
-  local latest = C.tclk
-  if now > latest then C.tclk = now; return now end
+  local latest = C.clock
+  if now > latest then C.clock = now; return now end
   return latest
 end
 
@@ -90,13 +90,13 @@ local function xor_shr(h, l, n)             -- (h,l) ^ ((h,l) >> n), 0 < n < 32
   return b.bxor(h, sh) % TWO32, b.bxor(l, sl) % TWO32
 end
 local function rng_next_f64()
-  local h, l = C.rh, C.rl
+  local h, l = C.rng_hi, C.rng_lo
   -- state += 0x9E3779B97F4A7C15
   l = l + 0x7F4A7C15
   local carry = floor(l / TWO32)
   l = l % TWO32
   h = (h + 0x9E3779B9 + carry) % TWO32
-  C.rh = h; C.rl = l
+  C.rng_hi = h; C.rng_lo = l
   local zh, zl = xor_shr(h, l, 30)
   zh, zl = mul64(zh, zl, 0xBF58476D, 0x1CE4E5B9)
   zh, zl = xor_shr(zh, zl, 27)

@@ -40,18 +40,18 @@ end
 
 local function recovery_step(st, p)
   st.level = st.level - 1
-  st.backoff_anchor = st.backoff_anchor + p.bw
+  st.backoff_anchor = st.backoff_anchor + p.backoff_window
   if st.level == 0 then
     st.delay = st.base_delay
   else
-    st.delay = math.max(math.max(st.delay / p.factor, st.base_delay), p.bmin)
+    st.delay = math.max(math.max(st.delay / p.factor, st.base_delay), p.backoff_min_delay)
   end
 end
 
 local function rampup_boundary(st, p, r)
   local triggers = st.window_triggers
   st.window_triggers = 0
-  if st.ramp_start then st.ramp_start = st.ramp_start + p.bw end
+  if st.ramp_start then st.ramp_start = st.ramp_start + p.backoff_window end
   if triggers >= r.low or st.level > 0 then return end
   local floor_d = math.max(r.min_delay, st.robots_floor or 0)
   if st.delay > floor_d then
@@ -95,18 +95,18 @@ end
 
 local function advance(st, p, now)
   if st.quota_start and p.quota then
-    if p.qw == 0 then
+    if p.quota_window == 0 then
       -- A zero-length quota window elapses at once: the count starts afresh every request.
       st.consumed = 0
     elseif now >= st.quota_start then
-      local windows = idiv(now - st.quota_start, p.qw)
+      local windows = idiv(now - st.quota_start, p.quota_window)
       if windows > 0 then
-        st.quota_start = st.quota_start + p.qw * windows
+        st.quota_start = st.quota_start + p.quota_window * windows
         st.consumed = 0
       end
     end
   end
-  local w = p.bw
+  local w = p.backoff_window
   if w == 0 then
     -- Zero-length backoff windows elapse at once: full recovery now (rampup is off).
     if st.level > 0 then
@@ -146,14 +146,14 @@ local function gate(st, p, amount, now)
   local untl = math.max(st.hard_until, st.next_allowed)
   if p.quota and st.quota_start then
     if st.consumed > 0 and st.consumed + amount > p.quota then
-      untl = math.max(untl, st.quota_start + p.qw)
+      untl = math.max(untl, st.quota_start + p.quota_window)
     end
   end
   if st.concurrency ~= 0 and st.active >= st.concurrency then
     if p.rampup and st.ramp_start and not st.robots_floor
-        and st.concurrency < p.max_concurrency and p.bw > 0
-        and st.ramp_start + p.bw > now then
-      return math.max(st.ramp_start + p.bw, untl)
+        and st.concurrency < p.max_concurrency and p.backoff_window > 0
+        and st.ramp_start + p.backoff_window > now then
+      return math.max(st.ramp_start + p.backoff_window, untl)
     end
     return 'full'
   end
@@ -163,7 +163,7 @@ end
 
 local function spacing(st, p)
   if st.level > 0 then
-    return math.max(jitter_apply(p.bjitter, st.delay), p.bmin)
+    return math.max(jitter_apply(p.backoff_jitter, st.delay), p.backoff_min_delay)
   end
   return jitter_apply(p.jitter, st.delay)
 end
@@ -190,7 +190,7 @@ local function trigger(st, p, header_ns, now)
   st.triggers = st.triggers + 1
   st.window_triggers = st.window_triggers + 1
   if header_ns then
-    header_ns = math.min(header_ns, secs_to_ns(p.bmax))
+    header_ns = math.min(header_ns, secs_to_ns(p.backoff_max_delay))
     st.hard_until = math.max(st.hard_until, now + header_ns)
   end
   local r = p.rampup
@@ -199,16 +199,17 @@ local function trigger(st, p, header_ns, now)
   st.level = math.min(st.level + 1, MAX_LEVEL)
   st.backoff_anchor = now
   if header_ns then
-    st.delay = math.max(st.delay, p.bmin)
+    st.delay = math.max(st.delay, p.backoff_min_delay)
   else
     local stepped
     if st.delay == 0 then
-      stepped = p.bmin
+      stepped = p.backoff_min_delay
     else
-      stepped = math.min(math.max(st.delay * p.factor, p.bmin), p.bmax)
+      stepped = math.min(math.max(st.delay * p.factor, p.backoff_min_delay),
+                         p.backoff_max_delay)
     end
     st.delay = math.max(st.delay, stepped)
-    local wait = math.max(jitter_apply(p.bjitter, st.delay), st.delay)
+    local wait = math.max(jitter_apply(p.backoff_jitter, st.delay), st.delay)
     st.next_allowed = math.max(st.next_allowed, now + secs_to_ns(wait))
   end
 end
@@ -219,7 +220,7 @@ local function hard_delay(st, p, wait_ns, now)
   st.window_triggers = st.window_triggers + 1
   st.backoff_anchor = now
   st.hard_until = math.max(st.hard_until, now + wait_ns)
-  st.delay = math.max(st.delay, p.bmin)
+  st.delay = math.max(st.delay, p.backoff_min_delay)
 end
 
 local function is_trigger(p, outcome)

@@ -9,9 +9,9 @@
 -- conflicting Crawl-delay was reported), each nil when not overridden. Stored in "ov" as
 -- msgpack under the short keys bd, c, rd and rw (kept: existing crawls hold them).
 local KOV
--- No lookup at all while the crawl has no override (the counter "ovn" counts them).
+-- No lookup at all while the crawl has no override (the counter "overrides" counts them).
 local function override_of(name)
-  if C.ovn == 0 then return nil end
+  if C.overrides == 0 then return nil end
   local stored = hload(KOV, name)
   if not stored then return nil end
   return {base_delay = stored.bd, concurrency = stored.c, robots_floor = stored.rd,
@@ -20,7 +20,7 @@ end
 local function override_save(name, ov, existed)
   hsave(KOV, name, {bd = ov.base_delay, c = ov.concurrency, rd = ov.robots_floor,
                     rw = ov.robots_warned})
-  if not existed then C.ovn = C.ovn + 1 end
+  if not existed then C.overrides = C.overrides + 1 end
 end
 
 -- A scope state in "t": a byte saying which optional times are set (1 last sent, 2 ramp
@@ -124,7 +124,7 @@ end
 
 -- gate_all over uses {{name, amount}...} (fair, nothing reserved: no waiters here).
 local function gate_all(uses, now)
-  if C.inf >= settings().concurrent_requests then return 'blocked' end
+  if C.in_flight >= settings().concurrent_requests then return 'blocked' end
   local untl, full = nil, false
   for _, u in ipairs(uses) do
     local st = Tcache[u[1]]
@@ -162,12 +162,12 @@ local function try_acquire(uses, dont_throttle, now)
     local name = uses[1][1]
     local a = norm_amount(uses[1][2])
     local st, p = resolve_scope(name, now)
-    if C.inf >= (S or settings()).concurrent_requests then return nil, 'blocked' end
+    if C.in_flight >= (S or settings()).concurrent_requests then return nil, 'blocked' end
     local g = gate(st, p, a, now)
     if g == 'full' then return nil, 'blocked' end
     if g ~= 'open' then return nil, g end
     record_send(st, p, a, now)
-    C.inf = C.inf + 1
+    C.in_flight = C.in_flight + 1
     return true, true
   end
   local list = resolve_all(uses, now)
@@ -176,7 +176,7 @@ local function try_acquire(uses, dont_throttle, now)
   for _, x in ipairs(list) do
     record_send(Tcache[x[1]], params_of(x[1]), x[2], now)
   end
-  C.inf = C.inf + 1
+  C.in_flight = C.in_flight + 1
   return true, true
 end
 
@@ -229,11 +229,11 @@ local function release(permit, outcome, now)
     if outcome.budget then
       -- The budget is spent: held until its reset (capped), no backoff step.
       st.hard_until = math.max(st.hard_until,
-                               now + math.min(outcome.budget, secs_to_ns(p.bmax)))
+        now + math.min(outcome.budget, secs_to_ns(p.backoff_max_delay)))
     end
     st.last_used = now
   end
-  if permit.counted then C.inf = C.inf - 1 end
+  if permit.counted then C.in_flight = C.in_flight - 1 end
   return max_load(permit.s)
 end
 

@@ -34,9 +34,9 @@ local function nhash(name)
 end
 local NBK = {}        -- bucket number -> key, this call
 local function nbucket_of(h)
-  local m = 2 ^ C.hL
+  local m = 2 ^ C.bucket_level
   local b = h % m
-  if b < C.hS then b = h % (m * 2) end
+  if b < C.bucket_split then b = h % (m * 2) end
   local k = NBK[b]
   if not k then
     -- (string.format's %d: Lua's own number to string conversion is a %.14g printf.)
@@ -276,10 +276,11 @@ local function rec_prefetch(names)
   end
 end
 
--- Linear hashing: bucket hS splits into hS and hS + 2^hL; hS goes round 0 .. 2^hL - 1.
+-- Linear hashing (C.bucket_level L, C.bucket_split S, C.bucket_records: the records in
+-- all buckets): bucket S splits into S and S + 2^L; S goes round 0 .. 2^L - 1.
 local function nsplit()
-  while C.hN > 48 * (2 ^ C.hL + C.hS) do
-    local L, sp = C.hL, C.hS
+  while C.bucket_records > 48 * (2 ^ C.bucket_level + C.bucket_split) do
+    local L, sp = C.bucket_level, C.bucket_split
     local m = 2 ^ L
     local src, dst = P .. 'N:' .. sp, P .. 'N:' .. (sp + m)
     local all = call('HGETALL', src)
@@ -297,8 +298,8 @@ local function nsplit()
     end
     sp = sp + 1
     if sp == m then L, sp = L + 1, 0 end
-    C.hL = L
-    C.hS = sp
+    C.bucket_level = L
+    C.bucket_split = sp
   end
 end
 local function rflush()
@@ -320,13 +321,13 @@ local function rflush()
       end
       if not r.stored then
         r.stored = true
-        C.hN = C.hN + 1
+        C.bucket_records = C.bucket_records + 1
       end
     elseif r and r.stored then
       call('HDEL', b, name)
       r.stored = false
       r._raw = nil
-      C.hN = C.hN - 1
+      C.bucket_records = C.bucket_records - 1
     end
   end
   for b, flat in pairs(put) do call_many('HSET', b, flat, 2000) end

@@ -30,8 +30,8 @@ local function group_for(key, kinds, pks)
     this_call.gfree0 = not gid
   end
   if not gid then
-    gid = C.gnext
-    C.gnext = gid + 1
+    gid = C.next_group
+    C.next_group = gid + 1
   end
   r = rec_make(key)
   local g = {gid = gid, n = 0, dl = 0, a = 0, ls = 0, st = 'I', ld = 0, sh = false,
@@ -346,7 +346,7 @@ local function sched_poll(now, reserve, again)
   if not again then handle_events(now) end
   while C.queued > 0 do
     local key
-    if C.inf >= (S or settings()).concurrent_requests then
+    if C.in_flight >= (S or settings()).concurrent_requests then
       key = unthrottled_candidate()
       if not key then return 'blocked' end
     else

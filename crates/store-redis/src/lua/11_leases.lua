@@ -68,8 +68,8 @@ local function redeliver_expired(now, limit)
       group_for(key, nil, pk)
       local flags = sbyte(rec.b, 1) % 4 + ((rec.k + 1) % 64) * 4
       insert(key, tonumber(seq), schar(flags) .. ssub(rec.b, 2), rec.pr, rec.sr, nil, now)
-      C.enq = C.enq + 1
-      C.redel = C.redel + 1
+      C.enqueued = C.enqueued + 1
+      C.redelivered = C.redelivered + 1
     end
   end
 end
@@ -116,8 +116,8 @@ OPS.init = function(args)
     local t = call('TIME')
     call('HSET', KCFG, 'epoch_s', t[1], 'digest', redis.sha1hex(table.concat(args, '\0')))
     cload()
-    C.rh = tonumber(args[3])
-    C.rl = tonumber(args[4])
+    C.rng_hi = tonumber(args[3])
+    C.rng_lo = tonumber(args[4])
     cflush()
     for i = 5, #args, 2 do call('HSET', P .. 'np', args[i], args[i + 1]) end
   end

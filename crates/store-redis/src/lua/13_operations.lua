@@ -57,9 +57,9 @@ OPS.push = function(args)
       local nb = nil
       if flags % 4 >= 2 then nb = NOW + F[o + 5] end
       insert(key, seq, F[o + 7], F[o + 3], flags % 2 == 1, nb, NOW)
-      C.enq = C.enq + 1
+      C.enqueued = C.enqueued + 1
       local depth = F[o + 6]
-      if depth > C.dmax then C.dmax = depth end
+      if depth > C.max_depth then C.max_depth = depth end
       out[r] = seq
     end
   end
@@ -129,7 +129,7 @@ OPS.poll = function(args)
     nout = nout + 3
   end
   out[1] = n
-  C.deq = C.deq + n
+  C.dequeued = C.dequeued + n
   C.leased = C.leased + n
   if #lrec > 0 then
     call_many('HSET', KL, lrec, 2000)
@@ -203,7 +203,7 @@ OPS.retry = function(args)
   insert(key, new_seq, schar(sbyte(rec.b, 1) % 4) .. ssub(rec.b, 2), priority, rec.sr, nil,
     NOW)
   C.retried = C.retried + 1
-  C.enq = C.enq + 1
+  C.enqueued = C.enqueued + 1
   flush_all()
   return 1
 end

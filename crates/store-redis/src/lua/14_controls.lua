@@ -130,13 +130,13 @@ OPS.scope = function(args)
           st.concurrency, st.level, fmt(st.next_allowed), fmt(st.hard_until), fmt(st.consumed)}
 end
 
--- info: counters {queued, delayed, leased, in_flight(throttle), groups, enq, deq, leased,
--- acked, retried, redel, dmax, permits held, stats...}
+-- info: counters {queued, delayed, leased, in_flight(throttle), groups, enqueued,
+-- dequeued, leased, acked, retried, redelivered, max_depth, permits held, stats...}
 OPS.info = function(args)
   local st = call('HGETALL', KST)
-  local out = {C.queued, C.delayed, call('HLEN', KL), C.inf,
-               C.groups, C.enq, C.deq, C.leased, C.acked,
-               C.retried, C.redel, C.dmax, call('HLEN', P .. 'pm')}
+  local out = {C.queued, C.delayed, call('HLEN', KL), C.in_flight,
+               C.groups, C.enqueued, C.dequeued, C.leased, C.acked,
+               C.retried, C.redelivered, C.max_depth, call('HLEN', P .. 'pm')}
   for i = 1, #st do out[#out + 1] = st[i] end
   return out
 end

@@ -113,7 +113,7 @@ end
 OPS.debug_ns = function(args) return fmt(secs_to_ns(tonumber(args[1]))) end
 OPS.debug_rng = function(args)
   cload()
-  C.rh, C.rl = tonumber(args[1]), tonumber(args[2])
+  C.rng_hi, C.rng_lo = tonumber(args[1]), tonumber(args[2])
   local out = {}
   for i = 1, tonumber(args[3]) do out[i] = fmt(rng_next_f64()) end
   return out
