@@ -130,7 +130,8 @@ local function advance(st, p, now)
     else
       local r = p.rampup
       rampup_boundary(st, p, r)
-      if st.level == 0 and st.window_triggers == 0 and ramp_saturated(st, p, r) and st.ramp_start then
+      if st.level == 0 and st.window_triggers == 0 and ramp_saturated(st, p, r)
+          and st.ramp_start then
         local skip = idiv(math.max(now - st.ramp_start, 0), w)
         st.ramp_start = st.ramp_start + w * skip
       end

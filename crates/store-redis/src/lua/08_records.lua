@@ -66,6 +66,12 @@ end
 -- Scope part: flags (1 shared, 2 timer, 4 owner is the group of the same name, 8 owner
 -- named, 16 users other than 1); then the users ('>I4'), the timer (d) and the owner's
 -- name ('>H' length, bytes).
+-- Decoded (rec), a record is {g = group part, s = scope part}, each nil when absent, with
+-- the Rust names (dispatch/groups.rs's Group, dispatch/mod.rs's ScopeSlot). Group part:
+-- gid (its number), queued, delayed, active, last_served, state ('I', 'C', 'P'), load,
+-- shared, own_queue, tier, parked_scope, woken_by, param_keys; and, once read in a call,
+-- seen and uses. Scope part: refs (its users), shared, timer, owner (a group key). The
+-- names live only during a call: the stored record is positional (rencode).
 local GST = {[0] = 'I', 'C', 'P', I = 0, C = 1, P = 2}
 -- The group part's fixed fields by short forms (parts / 8): number, queued, state, flags.
 local RFMT = {[0] = '>I4I4BB', '>I4BBB', '>I3I4BB', '>I3BBB'}
@@ -107,8 +113,8 @@ local function rdecode(name, raw)
       if len < pos + 7 then rbad(name) end
       ld, pos = sunpack('>d', raw, pos)
     end
-    g = {gid = gid, n = n, dl = dl, a = a, ls = ls, st = st, ld = ld, sh = gf % 2 == 1,
-         own = gf % 4 >= 2}
+    g = {gid = gid, queued = n, delayed = dl, active = a, last_served = ls, state = st,
+         load = ld, shared = gf % 2 == 1, own_queue = gf % 4 >= 2}
     if gf % 16 >= 8 then
       local b = sbyte(raw, pos)
       local tl = (b == 0 or b == 255) and 10 or 5
@@ -117,20 +123,20 @@ local function rdecode(name, raw)
       pos = pos + tl
     end
     if gf % 64 >= 32 then
-      g.ps = sbyte(raw, pos)
+      g.parked_scope = sbyte(raw, pos)
       pos = pos + 1
     end
     if gf % 8 >= 4 then
-      g.wb = sbyte(raw, pos)
+      g.woken_by = sbyte(raw, pos)
       pos = pos + 1
     end
     if parts % 8 >= 4 then
-      g.pk = '1'
+      g.param_keys = '1'
     else
       local npk = sbyte(raw, pos)
       if not npk then rbad(name) end
-      g.pk = ssub(raw, pos + 1, pos + npk)
-      if #g.pk ~= npk then rbad(name) end
+      g.param_keys = ssub(raw, pos + 1, pos + npk)
+      if #g.param_keys ~= npk then rbad(name) end
       pos = pos + 1 + npk
     end
   end
@@ -156,7 +162,7 @@ local function rdecode(name, raw)
       if #ow ~= n then rbad(name) end
       pos = pos + n
     end
-    s = {rf = rf, sh = sf % 2 == 1, tm = tm, ow = ow}
+    s = {refs = rf, shared = sf % 2 == 1, timer = tm, owner = ow}
   end
   if pos ~= len + 1 then rbad(name) end
   return {stored = true, g = g, s = s}
@@ -190,30 +196,31 @@ local function rencode(name, r)
   local out, n = RFMT.out, 1
   local gf, sf = 0, 0
   if g then
-    local short = (g.pk == '1' and 4 or 0) + (g.n < 256 and 8 or 0) + (g.gid < 16777216 and 16 or 0)
+    local short = (g.param_keys == '1' and 4 or 0) + (g.queued < 256 and 8 or 0)
+      + (g.gid < 16777216 and 16 or 0)
     parts = parts + short
-    local counts = g.dl ~= 0 or g.a ~= 0
-    gf = (g.sh and 1 or 0) + (g.own and 2 or 0) + (g.wb and 4 or 0)
-      + (g.tier and 8 or 0) + (g.ld ~= 0 and 16 or 0) + (g.ps and 32 or 0)
-      + (counts and 64 or 0) + (g.ls ~= 0 and 128 or 0)
-    out[2], out[3], out[4], out[5] = g.gid, g.n, GST[g.st], gf
+    local counts = g.delayed ~= 0 or g.active ~= 0
+    gf = (g.shared and 1 or 0) + (g.own_queue and 2 or 0) + (g.woken_by and 4 or 0)
+      + (g.tier and 8 or 0) + (g.load ~= 0 and 16 or 0) + (g.parked_scope and 32 or 0)
+      + (counts and 64 or 0) + (g.last_served ~= 0 and 128 or 0)
+    out[2], out[3], out[4], out[5] = g.gid, g.queued, GST[g.state], gf
     n = 5
-    if counts then out[n + 1], out[n + 2] = g.dl, g.a; n = n + 2 end
-    if g.ls ~= 0 then n = n + 1; out[n] = g.ls end
-    if g.ld ~= 0 then n = n + 1; out[n] = g.ld end
+    if counts then out[n + 1], out[n + 2] = g.delayed, g.active; n = n + 2 end
+    if g.last_served ~= 0 then n = n + 1; out[n] = g.last_served end
+    if g.load ~= 0 then n = n + 1; out[n] = g.load end
     if g.tier then n = n + 1; out[n] = g.tier end
-    if g.ps then n = n + 1; out[n] = g.ps end
-    if g.wb then n = n + 1; out[n] = g.wb end
-    if g.pk ~= '1' then out[n + 1], out[n + 2] = #g.pk, g.pk; n = n + 2 end
+    if g.parked_scope then n = n + 1; out[n] = g.parked_scope end
+    if g.woken_by then n = n + 1; out[n] = g.woken_by end
+    if g.param_keys ~= '1' then out[n + 1], out[n + 2] = #g.param_keys, g.param_keys; n = n + 2 end
   end
   if s then
-    local named = s.ow ~= nil and s.ow ~= name
-    sf = (s.sh and 1 or 0) + (s.tm and 2 or 0) + (s.ow == name and 4 or 0)
-      + (named and 8 or 0) + (s.rf ~= 1 and 16 or 0)
+    local named = s.owner ~= nil and s.owner ~= name
+    sf = (s.shared and 1 or 0) + (s.timer and 2 or 0) + (s.owner == name and 4 or 0)
+      + (named and 8 or 0) + (s.refs ~= 1 and 16 or 0)
     n = n + 1; out[n] = sf
-    if s.rf ~= 1 then n = n + 1; out[n] = s.rf end
-    if s.tm then n = n + 1; out[n] = s.tm end
-    if named then out[n + 1], out[n + 2] = #s.ow, s.ow; n = n + 2 end
+    if s.refs ~= 1 then n = n + 1; out[n] = s.refs end
+    if s.timer then n = n + 1; out[n] = s.timer end
+    if named then out[n + 1], out[n + 2] = #s.owner, s.owner; n = n + 2 end
   end
   out[1] = parts
   local key = parts + 32 * gf + 8192 * sf

@@ -62,13 +62,13 @@ local function group_of(key)
   if not g then fail('CORRUPT', 'group ' .. key .. ' has no record') end
   if not g.seen then
     g.seen = true
-    -- Its scopes, kept with it (g.u: uses_of(key)).
+    -- Its scopes, kept with it (g.uses: uses_of(key)).
     local uses = uses_of(key)
-    g.u = uses
-    if #uses == 1 and #g.pk == 1 then
-      Pkey[uses[1][1]] = g.pk
+    g.uses = uses
+    if #uses == 1 and #g.param_keys == 1 then
+      Pkey[uses[1][1]] = g.param_keys
     else
-      for i, u in ipairs(uses) do Pkey[u[1]] = ssub(g.pk, i, i) end
+      for i, u in ipairs(uses) do Pkey[u[1]] = ssub(g.param_keys, i, i) end
     end
   end
   return g
@@ -167,25 +167,25 @@ local SLOT = {[0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', '10', '11'
 local function qloc(g)
   local k = g.qk
   if not k then
-    if g.own then
+    if g.own_queue then
       k = string.format('%sq:%d', P, g.gid)
     else
       k = string.format('%sQ:%d', P, floor(g.gid / 16))
     end
     g.qk = k
   end
-  if g.own then return k, '0' end
+  if g.own_queue then return k, '0' end
   return k, SLOT[g.gid % 16]
 end
 local function q_head(g)
   local k, slot = qloc(g)
   lib.qflush(k)
-  if g.own then return call('ZRANGE', k, '0', '0')[1] end
+  if g.own_queue then return call('ZRANGE', k, '0', '0')[1] end
   return call('ZRANGE', k, slot, slot, 'BYSCORE', 'LIMIT', '0', '1')[1]
 end
 local function q_add(g, member)
   local k, slot = qloc(g)
-  if not g.own and lib.card(k) >= QBUCKET_MAX then
+  if not g.own_queue and lib.card(k) >= QBUCKET_MAX then
     -- The shared bucket is full: this group's requests move to a key of their own.
     lib.qflush(k)
     local mine = call('ZRANGE', k, slot, slot, 'BYSCORE')
@@ -194,7 +194,7 @@ local function q_add(g, member)
       CARD[k] = lib.card(k) - #mine
       lib.zadd_all(P .. 'q:' .. g.gid, mine)
     end
-    g.own = true
+    g.own_queue = true
     g.qk = nil
     k, slot = qloc(g)
   end
@@ -203,7 +203,7 @@ end
 -- The order value of a group's head, or nil: a listed group's tier starts with it.
 local function head_v(key)
   local g = group_of(key)
-  if g.n == 0 then return nil end
+  if g.queued == 0 then return nil end
   if g.tier then return (member_order(g.tier)) end
   local h = q_head(g)
   if not h then return nil end
@@ -230,13 +230,13 @@ local function rank_member(key, head, g)
   if v == nil then v = head_v(key) elseif v == false then v = nil end
   if not v then v = -2 * I32_MIN + 1 end
   -- The load clamped to [0, 1], scaled to 16 bits.
-  local ld, scaled = g.ld, 0
+  local ld, scaled = g.load, 0
   if ld >= 1 then
     scaled = 65535
   elseif not (ld <= 0) then
     scaled = floor(ld * 65535 + 0.5)
   end
-  local u = g.u
+  local u = g.uses
   local amount16 = u.am16
   if not amount16 then
     local a = amount_of(key)
@@ -244,7 +244,7 @@ local function rank_member(key, head, g)
     if a == 1 then amount16 = 16256 else amount16 = f32_top16(a) end
     u.am16 = amount16
   end
-  local ls = g.ls
+  local ls = g.last_served
   local len = IFMT.len(ls)
   return spack(IFMT.rank[len], oenc(v), scaled, 65535 - amount16, len, ls, g.gid, key)
 end
@@ -259,7 +259,7 @@ local function member_key(m)
 end
 -- The member a group is listed under (its tier is kept; the rest follows).
 local function listing(key, g)
-  local ls = g.ls
+  local ls = g.last_served
   local len = IFMT.len(ls)
   return spack(IFMT.list[len], g.tier, len, ls, g.gid, key)
 end
@@ -269,11 +269,11 @@ local function pkey(name) return P .. 'k:' .. name end
 local function unlist(key, g)
   g = g or group_of(key)
   if g.tier then
-    if g.st == 'C' then
+    if g.state == 'C' then
       lib.rem(KCAND, listing(key, g))
-    elseif g.st == 'P' then
-      local name = uses_of(key)[g.ps][1]
-      if sched_scope_of(name).sh then lib.rem(pkey(name), listing(key, g)) end
+    elseif g.state == 'P' then
+      local name = uses_of(key)[g.parked_scope][1]
+      if sched_scope_of(name).shared then lib.rem(pkey(name), listing(key, g)) end
     end
     g.tier = nil
     rmark(key)
@@ -285,9 +285,9 @@ local function make_candidate(key, woken, head, g)
   g = g or group_of(key)
   unlist(key, g)
   local m = rank_member(key, head, g)
-  g.st = 'C'
-  g.wb = woken
-  g.ps = nil
+  g.state = 'C'
+  g.woken_by = woken
+  g.parked_scope = nil
   g.tier = tier_of(m)
   rmark(key)
   lib.add(KCAND, m)
@@ -299,26 +299,26 @@ local function park(key, i, head)
   unlist(key)
   local g = group_of(key)
   local m = rank_member(key, head)
-  g.st = 'P'
-  g.ps = i
-  g.wb = nil
+  g.state = 'P'
+  g.parked_scope = i
+  g.woken_by = nil
   g.tier = tier_of(m)
   rmark(key)
   local name = uses_of(key)[i][1]
-  if sched_scope_of(name).sh then lib.add(pkey(name), m) end
+  if sched_scope_of(name).shared then lib.add(pkey(name), m) end
 end
 
 local function arm(name, at)
   local s = sched_scope_of(name)
-  if s.tm == nil or at < s.tm then
-    s.tm = at
+  if s.timer == nil or at < s.timer then
+    s.timer = at
     rmark(name)
     lib.add(KEV, spack('>d', at) .. '\0' .. name)
   end
 end
 
 local function parked_on(key, g, name)
-  return g.st == 'P' and g.ps ~= nil and uses_of(key)[g.ps][1] == name
+  return g.state == 'P' and g.parked_scope ~= nil and uses_of(key)[g.parked_scope][1] == name
 end
 
 -- The best group still parked on scope `name`. A group sharing any of its scopes with
@@ -328,14 +328,14 @@ end
 -- Scheduler::best_parked refreshes by the group, not by the scope.
 local function best_parked(name)
   local s = sched_scope_of(name)
-  if not s.sh then
-    local key = s.ow
+  if not s.shared then
+    local key = s.owner
     local r = key and rec(key)
     local g = r and r.g
     if g and parked_on(key, g, name) then
       group_of(key)
-      if g.sh then
-        g.ld = max_load(uses_of(key), 1)
+      if g.shared then
+        g.load = max_load(uses_of(key), 1)
         g.tier = tier_of(rank_member(key))
         rmark(key)
       end
@@ -352,8 +352,8 @@ local function best_parked(name)
     local g = r and r.g
     if g and parked_on(key, g, name) and g.tier and listing(key, g) == m then
       group_of(key)
-      if not g.sh then return key end
-      g.ld = max_load(uses_of(key), 1)
+      if not g.shared then return key end
+      g.load = max_load(uses_of(key), 1)
       rmark(key)
       local fresh = rank_member(key)
       if fresh == m then return key end
@@ -385,21 +385,21 @@ local function intern_scope(name)
   local r = rec(name)
   if r and r.s then
     local s = r.s
-    s.rf = s.rf + 1
-    if not s.sh then
-      s.sh = true
+    s.refs = s.refs + 1
+    if not s.shared then
+      s.shared = true
       -- Its owner's parking on it becomes a listing, as for any shared scope.
-      local o = s.ow and rec(s.ow)
+      local o = s.owner and rec(s.owner)
       local og = o and o.g
-      if og and og.tier and parked_on(s.ow, og, name) then
-        lib.add(pkey(name), listing(s.ow, og))
+      if og and og.tier and parked_on(s.owner, og, name) then
+        lib.add(pkey(name), listing(s.owner, og))
       end
     end
     rmark(name)
     return
   end
   r = rec_make(name)
-  r.s = {rf = 1, sh = false}
+  r.s = {refs = 1, shared = false}
   -- In use again: not idle (one ZREM for the whole call, before "ti" is next read).
   local t = this_call.tirem
   if not t then

@@ -34,24 +34,24 @@ local function group_for(key, kinds, pks)
     C.next_group = gid + 1
   end
   r = rec_make(key)
-  local g = {gid = gid, n = 0, dl = 0, a = 0, ls = 0, st = 'I', ld = 0, sh = false,
-             own = false, pk = table.concat(pk)}
+  local g = {gid = gid, queued = 0, delayed = 0, active = 0, last_served = 0, state = 'I',
+             load = 0, shared = false, own_queue = false, param_keys = table.concat(pk)}
   r.g = g
   group_of(key)
   C.groups = C.groups + 1
   for _, u in ipairs(uses) do
     local s = sched_scope_of(u[1])
-    if s.sh then
-      g.sh = true
-      if s.ow and s.ow ~= key then
-        local o = rec(s.ow)
+    if s.shared then
+      g.shared = true
+      if s.owner and s.owner ~= key then
+        local o = rec(s.owner)
         if o and o.g then
-          o.g.sh = true
-          rmark(s.ow)
+          o.g.shared = true
+          rmark(s.owner)
         end
       end
     else
-      s.ow = key
+      s.owner = key
       rmark(u[1])
     end
   end
@@ -61,21 +61,21 @@ end
 local function enqueue(key, member)
   local g = group_of(key)
   local old = nil
-  if g.n > 0 then old = head_v(key) end
+  if g.queued > 0 then old = head_v(key) end
   q_add(g, member)
-  g.n = g.n + 1
+  g.queued = g.queued + 1
   rmark(key)
   C.queued = C.queued + 1
   -- The head bucket changes only if the new member's bucket sorts before the old head's.
   local mine = member_order(member)
   local head, changed = old, false
   if old == nil or mine < old then head, changed = mine, true end
-  if g.st == 'I' then
+  if g.state == 'I' then
     make_candidate(key, nil, head)
-  elseif g.st == 'C' and changed then
-    make_candidate(key, g.wb, head)
-  elseif g.st == 'P' and changed then
-    park(key, g.ps, head)
+  elseif g.state == 'C' and changed then
+    make_candidate(key, g.woken_by, head)
+  elseif g.state == 'P' and changed then
+    park(key, g.parked_scope, head)
   end
 end
 
@@ -85,7 +85,7 @@ local function insert(key, seq, body, priority, start, not_before, now)
   local member = order_member(priority, class, seq, body)
   if not_before and not_before > now then
     local g = group_of(key)
-    g.dl = g.dl + 1
+    g.delayed = g.delayed + 1
     rmark(key)
     call('HSET', KDR, seq, spack('>i4BH', priority, class, #key) .. key .. member)
     lib.add(KEV, spack('>d', not_before) .. '\1' .. spack('>I7', seq))
@@ -109,8 +109,8 @@ local function handle_events(now)
       local name = ssub(m, 10)
       local r = rec(name)
       local s = r and r.s
-      if s and s.tm == t then
-        s.tm = nil
+      if s and s.timer == t then
+        s.timer = nil
         rmark(name)
         rearm(name, now)
       end
@@ -127,7 +127,7 @@ local function handle_events(now)
           fail('CORRUPT', KDR .. '[' .. seq .. ']: truncated delayed request')
         end
         local g = group_of(key)
-        g.dl = g.dl - 1
+        g.delayed = g.delayed - 1
         rmark(key)
         enqueue(key, member)
       end
@@ -144,12 +144,12 @@ local function pop_candidate()
     local key = member_key(m)
     local r = rec(key)
     local g = r and r.g
-    if g and g.st == 'C' and g.tier and listing(key, g) == m then
+    if g and g.state == 'C' and g.tier and listing(key, g) == m then
       group_of(key)
       g.tier = nil
       rmark(key)
-      if g.sh then
-        g.ld = max_load(uses_of(key), 1)
+      if g.shared then
+        g.load = max_load(uses_of(key), 1)
         local fresh = rank_member(key)
         if tier_of(fresh) ~= tier_of(m) then
           g.tier = tier_of(fresh)
@@ -166,15 +166,15 @@ end
 
 local function unthrottled_candidate()
   local r = rec('')
-  if not r or not r.g or r.g.st ~= 'C' then return nil end
+  if not r or not r.g or r.g.state ~= 'C' then return nil end
   group_of('')
   return ''
 end
 
 local function park_after_attempt(key, i, now)
   local g = group_of(key)
-  local woken = g.wb
-  g.wb = nil
+  local woken = g.woken_by
+  g.woken_by = nil
   park(key, i)
   if woken and woken ~= i then rearm(uses_of(key)[woken][1], now) end
 end
@@ -209,7 +209,7 @@ local function take_head(key, g)
   local k, slot = qloc(g)
   lib.qflush(k)
   local two
-  if g.own then
+  if g.own_queue then
     two = call('ZRANGE', k, '0', '1')
   else
     two = call('ZRANGE', k, slot, slot, 'BYSCORE', 'LIMIT', '0', '2')
@@ -221,16 +221,16 @@ local function take_head(key, g)
   -- old last-served tick, so it goes before that changes.
   unlist(key, g)
   local priority, class, seq, body = member_parts(m)
-  g.n = g.n - 1
-  g.a = g.a + 1
-  g.ls = C.tick
+  g.queued = g.queued - 1
+  g.active = g.active + 1
+  g.last_served = C.tick
   rmark(key)
   C.queued = C.queued - 1
-  if g.n > 0 then
+  if g.queued > 0 then
     if not two[2] then fail('CORRUPT', 'group ' .. key .. ' counts requests but has none') end
     make_candidate(key, nil, (member_order(two[2])), g)
   else
-    g.st = 'I'
+    g.state = 'I'
   end
   return m, priority, class, seq, body
 end
@@ -238,10 +238,10 @@ end
 local function collect(key)
   local r = rec(key)
   local g = r and r.g
-  if not g or g.n > 0 or g.dl > 0 or g.a > 0 or g.st ~= 'I' then return end
+  if not g or g.queued > 0 or g.delayed > 0 or g.active > 0 or g.state ~= 'I' then return end
   group_of(key)
   unlist(key)
-  if g.own then
+  if g.own_queue then
     lib.qflush(P .. 'q:' .. g.gid)
     call('DEL', P .. 'q:' .. g.gid)
   end
@@ -253,19 +253,19 @@ local function collect(key)
   for i, u in ipairs(uses_of(key)) do
     local name = u[1]
     local s = sched_scope_of(name)
-    s.rf = s.rf - 1
+    s.refs = s.refs - 1
     rmark(name)
-    if s.rf == 0 then
+    if s.refs == 0 then
       -- No group uses the scope any more: its throttle state waits in "ti" for idle
       -- eviction, with its parameter key where eviction can find it.
       local st = find_scope(name)
       if st then
         if this_call.tirem and this_call.tirem[name] then this_call.tirem[name] = false end
         call('ZADD', KTI, st.last_used, name)
-        local d = ssub(g.pk, i, i)
+        local d = ssub(g.param_keys, i, i)
         if d ~= 'N' and d ~= '' then call('HSETNX', P .. 'np', name, '\0' .. d) end
       end
-      if s.sh then lib.del(pkey(name)) end
+      if s.shared then lib.del(pkey(name)) end
       rec(name).s = nil
     end
   end
@@ -322,13 +322,13 @@ end
 
 local function lease_ended(key, load, now)
   local g = group_of(key)
-  local candidate = g.st == 'C'
-  g.a = math.max(g.a - 1, 0)
-  load = load or g.ld
-  local reload = load ~= g.ld
-  g.ld = load
+  local candidate = g.state == 'C'
+  g.active = math.max(g.active - 1, 0)
+  load = load or g.load
+  local reload = load ~= g.load
+  g.load = load
   rmark(key)
-  if candidate and reload then make_candidate(key, g.wb) end
+  if candidate and reload then make_candidate(key, g.woken_by) end
   for _, u in ipairs(uses_of(key)) do rearm(u[1], now) end
   collect(key)
 end
@@ -354,7 +354,7 @@ local function sched_poll(now, reserve, again)
       if not key then break end
     end
     local g = group_of(key)
-    local uses = g.u
+    local uses = g.uses
     local unthrottled = #uses == 0
     local acquired, why, counted
     if reserve then
@@ -366,22 +366,22 @@ local function sched_poll(now, reserve, again)
     end
     if reserve and acquired then
       -- The permit's load: its scopes are the uses' (none when not throttled).
-      g.ld = max_load(uses, 1)
-      local woken = g.wb
-      g.wb = nil
+      g.load = max_load(uses, 1)
+      local woken = g.woken_by
+      g.woken_by = nil
       rmark(key)
       local m, priority, class, seq, body = take_head(key, g)
       if woken then rearm(uses[woken][1], now) end
       return 'ready', key, m, counted, priority, class, seq, body
     elseif not reserve and not why then
-      make_candidate(key, g.wb)
+      make_candidate(key, g.woken_by)
       return 'peek', key
     elseif why == 'blocked' then
       local i = blocking_scope(key, now)
       if i then
         park_after_attempt(key, i, now)
       else
-        make_candidate(key, g.wb)
+        make_candidate(key, g.woken_by)
         return 'blocked'
       end
     else

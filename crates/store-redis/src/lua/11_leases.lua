@@ -63,7 +63,7 @@ local function redeliver_expired(now, limit)
     call('ZREM', KLX, seq)
     if rec then
       call('HDEL', KL, seq)
-      local key, pk = rec.g, group_of(rec.g).pk
+      local key, pk = rec.g, group_of(rec.g).param_keys
       frontier_release(rec, {cancelled = true}, now)
       group_for(key, nil, pk)
       local flags = sbyte(rec.b, 1) % 4 + ((rec.k + 1) % 64) * 4

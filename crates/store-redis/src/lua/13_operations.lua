@@ -193,7 +193,7 @@ OPS.retry = function(args)
   local rec, seq = lease_of(args[1])
   if not rec then return 0 end
   end_lease(seq)
-  local key, pk = rec.g, group_of(rec.g).pk
+  local key, pk = rec.g, group_of(rec.g).param_keys
   frontier_release(rec, decode_outcome(args[2], args[3], args[4]), NOW)
   group_for(key, nil, pk)
   local new_seq = C.seq
