@@ -214,10 +214,11 @@ local function max_load(list, field)
   return best
 end
 
--- release_and_load: frees the permit's slots and feeds the outcome to backoff.
+-- release_and_load: frees the permit's slots and feeds the outcome to backoff. A permit is
+-- {scopes = the scope names it holds, counted = whether it counts as in flight}.
 local function release(permit, outcome, now)
   now = clock_clamp(now)
-  for _, name in ipairs(permit.s) do
+  for _, name in ipairs(permit.scopes) do
     local p = params_of(name)
     local st = find_scope(name)
     if not st then fail('CORRUPT', 'lease holds scope ' .. name .. ' without a state') end
@@ -234,6 +235,6 @@ local function release(permit, outcome, now)
     st.last_used = now
   end
   if permit.counted then C.in_flight = C.in_flight - 1 end
-  return max_load(permit.s)
+  return max_load(permit.scopes)
 end
 

@@ -22,33 +22,36 @@ local function stat(name, d) call('HINCRBY', KST, name, d) end
 -- payload).
 local LFMT = '>i4BBdH'
 local LFMT_PACK = LFMT .. 'c0c0'   -- then the group key and the body, whole
-local function lease_pack(pr, sr, dt, counted, k, x, g, b)
-  local bits = (sr and 1 or 0) + (dt and 2 or 0) + (counted and 4 or 0)
-  return spack(LFMT_PACK, pr, bits, k, x, #g, g, b)
+-- Decoded (lease_load), a lease is {priority, start, dont_track, counted, redeliveries,
+-- expiry, group_key, body}, after frontier-core's LeaseRecord; the record is positional.
+local function lease_pack(priority, start, dont_track, counted, redeliveries, expiry,
+                          group_key, body)
+  local bits = (start and 1 or 0) + (dont_track and 2 or 0) + (counted and 4 or 0)
+  return spack(LFMT_PACK, priority, bits, redeliveries, expiry, #group_key, group_key, body)
 end
 local function lease_load(seq)
   local raw = call('HGET', KL, seq)
   if not raw then return nil end
   local ok, pr, bits, k, x, len, pos = pcall(sunpack, LFMT, raw)
   if not ok or #raw < pos + len then fail('CORRUPT', KL .. '[' .. seq .. ']: bad lease record') end
-  return {pr = pr, sr = bits % 2 == 1, dt = floor(bits / 2) % 2 == 1,
-          counted = floor(bits / 4) % 2 == 1, k = k, x = x, g = ssub(raw, pos, pos + len - 1),
-          b = ssub(raw, pos + len)}
+  return {priority = pr, start = bits % 2 == 1, dont_track = floor(bits / 2) % 2 == 1,
+          counted = floor(bits / 4) % 2 == 1, redeliveries = k, expiry = x,
+          group_key = ssub(raw, pos, pos + len - 1), body = ssub(raw, pos + len)}
 end
 -- The permit a lease holds: every scope of its group.
-local function lease_permit(rec)
+local function lease_permit(lease)
   local names = {}
-  if rec.counted then
-    group_of(rec.g)
-    for i, u in ipairs(uses_of(rec.g)) do names[i] = u[1] end
+  if lease.counted then
+    group_of(lease.group_key)
+    for i, u in ipairs(uses_of(lease.group_key)) do names[i] = u[1] end
   end
-  return {s = names, counted = rec.counted}
+  return {scopes = names, counted = lease.counted}
 end
 
-local function frontier_release(rec, outcome, now)
-  if rec.dt then outcome = {cancelled = true} end
-  local load = release(lease_permit(rec), outcome, now)
-  lease_ended(rec.g, load, now)
+local function frontier_release(lease, outcome, now)
+  if lease.dont_track then outcome = {cancelled = true} end
+  local load = release(lease_permit(lease), outcome, now)
+  lease_ended(lease.group_key, load, now)
 end
 
 -- Expired leases go back to their group with their sequence number (redelivery).
@@ -56,18 +59,19 @@ local function redeliver_expired(now, limit)
   local due = call('ZRANGEBYSCORE', KLX, '-inf', now, 'LIMIT', '0', limit)
   for _, seq in ipairs(due) do
     -- A standalone permit ("p" and its id): its slots are freed as cancelled.
-    local rec = sbyte(seq, 1) ~= 112 and lease_load(seq)
-    if not rec and sbyte(seq, 1) == 112 then
+    local lease = sbyte(seq, 1) ~= 112 and lease_load(seq)
+    if not lease and sbyte(seq, 1) == 112 then
       if lib.pm_end(ssub(seq, 2), {cancelled = true}, now) then stat('permits_expired', 1) end
     end
     call('ZREM', KLX, seq)
-    if rec then
+    if lease then
       call('HDEL', KL, seq)
-      local key, pk = rec.g, group_of(rec.g).param_keys
-      frontier_release(rec, {cancelled = true}, now)
+      local key, pk = lease.group_key, group_of(lease.group_key).param_keys
+      frontier_release(lease, {cancelled = true}, now)
       group_for(key, nil, pk)
-      local flags = sbyte(rec.b, 1) % 4 + ((rec.k + 1) % 64) * 4
-      insert(key, tonumber(seq), schar(flags) .. ssub(rec.b, 2), rec.pr, rec.sr, nil, now)
+      local flags = sbyte(lease.body, 1) % 4 + ((lease.redeliveries + 1) % 64) * 4
+      insert(key, tonumber(seq), schar(flags) .. ssub(lease.body, 2), lease.priority,
+             lease.start, nil, now)
       C.enqueued = C.enqueued + 1
       C.redelivered = C.redelivered + 1
     end

@@ -167,9 +167,9 @@ end
 -- The lease record of lease id ID, if it is still out under that id.
 local function lease_of(id)
   local seq, k = lease_parts(id)
-  local rec = lease_load(seq)
-  if not rec or rec.k ~= k then return nil end
-  return rec, seq
+  local lease = lease_load(seq)
+  if not lease or lease.redeliveries ~= k then return nil end
+  return lease, seq
 end
 local function end_lease(seq)
   call('HDEL', KL, seq)
@@ -179,10 +179,10 @@ end
 -- complete LEASE KIND A B: outcome kind 's' (status A, header delay ns B or -1),
 -- 'e' (error kind A) or 'c' (cancelled). Returns 1, or 0 for an unknown lease.
 OPS.complete = function(args)
-  local rec, seq = lease_of(args[1])
-  if not rec then return 0 end
+  local lease, seq = lease_of(args[1])
+  if not lease then return 0 end
   end_lease(seq)
-  frontier_release(rec, decode_outcome(args[2], args[3], args[4]), NOW)
+  frontier_release(lease, decode_outcome(args[2], args[3], args[4]), NOW)
   C.acked = C.acked + 1
   flush_all()
   return 1
@@ -190,18 +190,18 @@ end
 
 -- retry LEASE KIND A B ADJUST: puts the lease back with its priority adjusted.
 OPS.retry = function(args)
-  local rec, seq = lease_of(args[1])
-  if not rec then return 0 end
+  local lease, seq = lease_of(args[1])
+  if not lease then return 0 end
   end_lease(seq)
-  local key, pk = rec.g, group_of(rec.g).param_keys
-  frontier_release(rec, decode_outcome(args[2], args[3], args[4]), NOW)
+  local key, pk = lease.group_key, group_of(lease.group_key).param_keys
+  frontier_release(lease, decode_outcome(args[2], args[3], args[4]), NOW)
   group_for(key, nil, pk)
   local new_seq = C.seq
   C.seq = new_seq + 1
-  local priority = math.min(math.max(rec.pr + tonumber(args[5]), I32_MIN), I32_MAX)
+  local priority = math.min(math.max(lease.priority + tonumber(args[5]), I32_MIN), I32_MAX)
   -- A new request: its redelivery count starts again.
-  insert(key, new_seq, schar(sbyte(rec.b, 1) % 4) .. ssub(rec.b, 2), priority, rec.sr, nil,
-    NOW)
+  insert(key, new_seq, schar(sbyte(lease.body, 1) % 4) .. ssub(lease.body, 2), priority,
+         lease.start, nil, NOW)
   C.retried = C.retried + 1
   C.enqueued = C.enqueued + 1
   flush_all()
@@ -210,12 +210,13 @@ end
 
 -- extend LEASE LEASE_NS: pushes a lease's expiry to now + LEASE_NS (a heartbeat).
 OPS.extend = function(args)
-  local rec, seq = lease_of(args[1])
-  if not rec then return 0 end
-  rec.x = NOW + tonumber(args[2])
+  local lease, seq = lease_of(args[1])
+  if not lease then return 0 end
+  lease.expiry = NOW + tonumber(args[2])
   call('HSET', KL, seq,
-    lease_pack(rec.pr, rec.sr, rec.dt, rec.counted, rec.k, rec.x, rec.g, rec.b))
-  call('ZADD', KLX, rec.x, seq)
+    lease_pack(lease.priority, lease.start, lease.dont_track, lease.counted,
+               lease.redeliveries, lease.expiry, lease.group_key, lease.body))
+  call('ZADD', KLX, lease.expiry, seq)
   return 1
 end
 

@@ -4,10 +4,10 @@
 --
 -- Permits taken by processes without a queue (Throttler::try_acquire / release on the
 -- crawl's scope states). Records in "pm": id -> msgpack {s = the scope names (merged, in
--- the order the permit holds them), k = their kind digits}; expiry in "lx" beside the
--- leases, as the member "p" .. id, so expired permits are found where expired leases
--- are. Ids come from the stat "permits" (issued). The helpers live in `lib` (the main
--- chunk is at Lua's 200 locals).
+-- the order the permit holds them), k = their kind digits} (short keys kept: stored);
+-- expiry in "lx" beside the leases, as the member "p" .. id, so expired permits are found
+-- where expired leases are. Ids come from the stat "permits" (issued). The helpers live
+-- in `lib` (the main chunk is at Lua's 200 locals).
 
 -- A scope a permit used: a scheduler scope's parked groups look again (a slot or the
 -- send time may have changed), or, used by no group, its state waits in "ti" for idle
@@ -37,7 +37,7 @@ function lib.pm_end(id, outcome, now)
     fail('CORRUPT', KPM .. '[' .. id .. ']: bad permit record')
   end
   for i, name in ipairs(r.s) do params_of(name, r.k[i]) end
-  release({s = r.s, counted = true}, outcome, now)
+  release({scopes = r.s, counted = true}, outcome, now)
   for i, name in ipairs(r.s) do lib.pm_touch(name, r.k[i], now, true) end
   return true
 end
