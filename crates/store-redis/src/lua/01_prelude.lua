@@ -56,7 +56,8 @@ local RAMPUP_SNAP = 0.001
 local I32_MIN, I32_MAX = -2147483648, 2147483647
 local TWO32 = 4294967296
 
-local KC, KCFG
+-- The crawl's keys (set by reset, 16_entry.lua): KEY_COUNTERS "c", KEY_CONFIG "cfg".
+local KEY_COUNTERS, KEY_CONFIG
 
 local function fail(code, msg) error({err = 'PF' .. code .. ' ' .. msg}) end
 

@@ -17,13 +17,13 @@ local C = {}
 local Cloaded = false
 local function cload()
   Cloaded = true
-  local raw = call('GET', KC)
+  local raw = call('GET', KEY_COUNTERS)
   C._raw = raw or nil
   if not raw then
     for _, n in ipairs(CN) do C[n] = 0 end
     return
   end
-  if #raw ~= 8 * #CN then fail('CORRUPT', KC .. ': counters of the wrong size') end
+  if #raw ~= 8 * #CN then fail('CORRUPT', KEY_COUNTERS .. ': counters of the wrong size') end
   C.seq, C.queued, C.delayed, C.in_flight, C.tick, C.next_group, C.groups, C.rng_hi,
     C.rng_lo, C.clock, C.max_depth, C.overrides, C.enqueued, C.dequeued, C.leased,
     C.acked, C.retried, C.redelivered, C.evicted, C.bucket_level, C.bucket_split,
@@ -35,7 +35,9 @@ local function cload()
     + C.bucket_split + C.bucket_records
   if sum ~= sum then
     for _, n in ipairs(CN) do
-      if C[n] ~= C[n] then fail('CORRUPT', KC .. ': counter ' .. n .. ' is not a number') end
+      if C[n] ~= C[n] then
+        fail('CORRUPT', KEY_COUNTERS .. ': counter ' .. n .. ' is not a number')
+      end
     end
   end
 end
@@ -54,7 +56,7 @@ local function cflush()
     C.leased, C.acked, C.retried, C.redelivered, C.evicted, C.bucket_level, C.bucket_split,
     C.bucket_records)
   if raw ~= C._raw then
-    call('SET', KC, raw)
+    call('SET', KEY_COUNTERS, raw)
     C._raw = raw
   end
 end

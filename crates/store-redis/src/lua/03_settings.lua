@@ -5,41 +5,41 @@
 local S        -- this crawl's decoded settings
 local SRAW     -- the part of them the script reads, as text
 local SDIGEST  -- the SHA1 of everything init stored (the key of what is cached across calls)
-local Scache = {}   -- digest -> {s = settings, kinds = {ptr -> params}, named = {}}
-local SC            -- Scache[SRAW]
+local SETTINGS_CACHE = {}  -- digest -> {s = settings, kinds = {ptr -> params}, named = {}}
+local SETTINGS_ENTRY       -- SETTINGS_CACHE[SDIGEST or SRAW]: this crawl's entry
 local EPOCH_S
 local LAYOUT_SEEN
 -- Reads the crawl's layout, settings and epoch in one command (every timed call).
 local function load_cfg()
-  local v = call('HMGET', KCFG, 'layout', 'epoch_s', 'digest')
+  local v = call('HMGET', KEY_CONFIG, 'layout', 'epoch_s', 'digest')
   LAYOUT_SEEN, EPOCH_S, SDIGEST = v[1], v[2], v[3]
   -- The settings' text only when they are not decoded yet (by digest).
-  if not SDIGEST or not Scache[SDIGEST] then SRAW = call('HGET', KCFG, 'lua') end
+  if not SDIGEST or not SETTINGS_CACHE[SDIGEST] then SRAW = call('HGET', KEY_CONFIG, 'lua') end
 end
 local function settings()
   if not S then
     if not LAYOUT_SEEN then load_cfg() end
     local ck = SDIGEST or SRAW
-    SC = ck and Scache[ck]
-    if not SC then
-      if not SRAW then SRAW = call('HGET', KCFG, 'lua') end
+    SETTINGS_ENTRY = ck and SETTINGS_CACHE[ck]
+    if not SETTINGS_ENTRY then
+      if not SRAW then SRAW = call('HGET', KEY_CONFIG, 'lua') end
       if not SRAW then fail('CONFIG', 'the crawl is not initialised (no settings)') end
       ck = SDIGEST or SRAW
       local ok, t = pcall(cjson.decode, SRAW)
-      if not ok then fail('CORRUPT', KCFG .. '[settings]: not JSON') end
-      SC = {s = t, kinds = {}, named = {}, bypk = {}}
-      Scache[ck] = SC
+      if not ok then fail('CORRUPT', KEY_CONFIG .. '[settings]: not JSON') end
+      SETTINGS_ENTRY = {s = t, kinds = {}, named = {}, bypk = {}}
+      SETTINGS_CACHE[ck] = SETTINGS_ENTRY
     end
-    S = SC.s
+    S = SETTINGS_ENTRY.s
   end
   return S
 end
 
-local Pcache = {}  -- scope name -> params, this call
-local Pkey = {}    -- scope name -> its parameter key when known from a group record
-local Pblob = {}   -- JSON -> decoded params, kept across calls (keyed by content)
+local PARAMS = {}          -- scope name -> params, this call
+local PARAM_KEY = {}       -- scope name -> its parameter key when known from a group record
+local PARAMS_BY_JSON = {}  -- JSON -> decoded params, kept across calls (keyed by content)
 local function decode_params(raw, name)
-  local t = Pblob[raw]
+  local t = PARAMS_BY_JSON[raw]
   if not t then
     local ok
     ok, t = pcall(cjson.decode, raw)
@@ -54,7 +54,7 @@ local function decode_params(raw, name)
     t.quota_window, t.backoff_window = t.qw, t.bw
     t.backoff_min_delay, t.backoff_max_delay, t.backoff_jitter = t.bmin, t.bmax, t.bjitter
     t.qw, t.bw, t.bmin, t.bmax, t.bjitter = nil, nil, nil, nil, nil
-    Pblob[raw] = t
+    PARAMS_BY_JSON[raw] = t
   end
   return t
 end
@@ -62,12 +62,12 @@ end
 -- by name: they follow from the settings alone, so they are cached with them.
 local function kind_params(ptr)
   settings()
-  local t = SC.kinds[ptr]
+  local t = SETTINGS_ENTRY.kinds[ptr]
   if not t then
     local raw = call('HGET', P .. 'np', ptr)
     if not raw then fail('CORRUPT', 'no parameters for scope kind ' .. ptr) end
     t = decode_params(raw, ptr)
-    SC.kinds[ptr] = t
+    SETTINGS_ENTRY.kinds[ptr] = t
   end
   return t
 end
@@ -76,19 +76,19 @@ end
 -- other scope to "\0kind", the key of its kind's defaults (no scope name starts with a
 -- NUL byte).
 local function params_of(name, kind)
-  local p = Pcache[name]
+  local p = PARAMS[name]
   if p then return p end
-  local pk = Pkey[name]
+  local pk = PARAM_KEY[name]
   if pk and pk ~= 'N' then
     -- By the kind digit (kind_params's key is "\0" and the digit).
-    p = SC and SC.bypk[pk]
+    p = SETTINGS_ENTRY and SETTINGS_ENTRY.bypk[pk]
     if not p then
       p = kind_params('\0' .. pk)
-      SC.bypk[pk] = p
+      SETTINGS_ENTRY.bypk[pk] = p
     end
   else
     settings()
-    p = SC.named[name]
+    p = SETTINGS_ENTRY.named[name]
     if not p then
       local raw = call('HGET', P .. 'np', name)
       if not raw and kind then raw = '\0' .. kind end
@@ -97,11 +97,11 @@ local function params_of(name, kind)
         p = kind_params(raw)
       else
         p = decode_params(raw, name)
-        SC.named[name] = p
+        SETTINGS_ENTRY.named[name] = p
       end
     end
   end
-  Pcache[name] = p
+  PARAMS[name] = p
   return p
 end
 

@@ -8,7 +8,7 @@
 -- robots_floor (seconds), sent, done, triggers, last_used; times in ns. Its fields live
 -- only during a call: the stored record (encode_state, 06_throttler.lua) is positional.
 -- last_sent, ramp_start, quota_start and robots_floor are nil when unset (Rust: None).
-local KT
+local KEY_STATES   -- "t": scope states by name
 local Tcache = {}     -- name -> state, written back by flush_scopes
 local function blank_state(p, now)
   return {base_delay = p.delay, delay = p.delay, concurrency = p.concurrency, active = 0,

@@ -8,17 +8,17 @@
 -- (set_concurrency, Crawl-delay), robots_floor (Crawl-delay) and robots_warned (a
 -- conflicting Crawl-delay was reported), each nil when not overridden. Stored in "ov" as
 -- msgpack under the short keys bd, c, rd and rw (kept: existing crawls hold them).
-local KOV
+local KEY_OVERRIDES   -- "ov"
 -- No lookup at all while the crawl has no override (the counter "overrides" counts them).
 local function override_of(name)
   if C.overrides == 0 then return nil end
-  local stored = hload(KOV, name)
+  local stored = hload(KEY_OVERRIDES, name)
   if not stored then return nil end
   return {base_delay = stored.bd, concurrency = stored.c, robots_floor = stored.rd,
           robots_warned = stored.rw}
 end
 local function override_save(name, ov, existed)
-  hsave(KOV, name, {bd = ov.base_delay, c = ov.concurrency, rd = ov.robots_floor,
+  hsave(KEY_OVERRIDES, name, {bd = ov.base_delay, c = ov.concurrency, rd = ov.robots_floor,
                     rw = ov.robots_warned})
   if not existed then C.overrides = C.overrides + 1 end
 end
@@ -43,7 +43,7 @@ local function decode_state(name, raw)
   local len = TF.len
   if bits and bits <= 15 and not len[bits] then TF.make(bits) end
   if not bits or bits > 15 or #raw ~= len[bits] then
-    fail('CORRUPT', KT .. '[' .. name .. ']: undecodable scope state')
+    fail('CORRUPT', KEY_STATES .. '[' .. name .. ']: undecodable scope state')
   end
   local base_delay, delay, concurrency, active, level, next_allowed, hard_until,
     backoff_anchor, window_triggers, consumed, sent, done, triggers, last_used,
@@ -79,7 +79,7 @@ end
 local function find_scope(name)
   local st = Tcache[name]
   if st then return st end
-  local raw = call('HGET', KT, name)
+  local raw = call('HGET', KEY_STATES, name)
   if not raw then return nil end
   st = decode_state(name, raw)
   st._raw = raw   -- as stored: written back only when it changed
@@ -114,7 +114,7 @@ local function flush_scopes()
       st._raw = raw
     end
   end
-  if #args > 0 then call_many('HSET', KT, args, 2000) end
+  if #args > 0 then call_many('HSET', KEY_STATES, args, 2000) end
 end
 
 local function norm_amount(a)

@@ -7,7 +7,7 @@
 -- buckets N:<b>, field = the name, grown by linear hashing (at most ~48 records per
 -- bucket on average, so buckets stay listpacks). The group part carries the group's
 -- number (ties between never-served groups, and where its queue lives).
-local Nb = {}         -- name -> bucket key, this call (buckets split only at the end)
+local BUCKET_OF = {}   -- name -> bucket key, this call (buckets split only at the end)
 local rec_cache = {}          -- name -> decoded record, or false when absent
 local rec_dirty = {}
 -- A name's bucket hash: the first 32 bits of its SHA1. Redis's SHA1 costs more than the
@@ -17,39 +17,39 @@ local rec_dirty = {}
 -- older one moves to the newer; when the newer is full, it becomes the older), at most
 -- ~5 MB of the functions' memory.
 local NH_GEN = 16384
-local NH = {new = {}, old = {}, n = 0}
+local NAME_HASHES = {new = {}, old = {}, n = 0}
 local function nhash(name)
-  local new = NH.new
+  local new = NAME_HASHES.new
   local h = new[name]
   if h then return h end
-  h = NH.old[name] or tonumber(ssub(redis.sha1hex(name), 1, 8), 16)
-  if NH.n >= NH_GEN then
-    NH.old = new
+  h = NAME_HASHES.old[name] or tonumber(ssub(redis.sha1hex(name), 1, 8), 16)
+  if NAME_HASHES.n >= NH_GEN then
+    NAME_HASHES.old = new
     new = {}
-    NH.new, NH.n = new, 0
+    NAME_HASHES.new, NAME_HASHES.n = new, 0
   end
   new[name] = h
-  NH.n = NH.n + 1
+  NAME_HASHES.n = NAME_HASHES.n + 1
   return h
 end
-local NBK = {}        -- bucket number -> key, this call
+local BUCKET_KEY = {}  -- bucket number -> key, this call
 local function nbucket_of(h)
   local m = 2 ^ C.bucket_level
   local b = h % m
   if b < C.bucket_split then b = h % (m * 2) end
-  local k = NBK[b]
+  local k = BUCKET_KEY[b]
   if not k then
     -- (string.format's %d: Lua's own number to string conversion is a %.14g printf.)
     k = string.format('%sN:%d', P, b)
-    NBK[b] = k
+    BUCKET_KEY[b] = k
   end
   return k
 end
 local function nbucket(name)
-  local b = Nb[name]
+  local b = BUCKET_OF[name]
   if not b then
     b = nbucket_of(nhash(name))
-    Nb[name] = b
+    BUCKET_OF[name] = b
   end
   return b
 end

@@ -15,11 +15,13 @@
 -- amount, 2 bytes each), last served (venc), group number (4), group key. Events (E):
 -- time (8, a double's bits), then "\0" and a scope name (a timer) or "\1" and a sequence
 -- number (a delayed request).
-local KCAND, KEV, KTI, KDR
+-- Keys: KEY_CANDIDATES "C", KEY_EVENTS "E", KEY_IDLE "ti" (unused scope states by last
+-- use), KEY_DELAYED "dr" (requests held by their own delay).
+local KEY_CANDIDATES, KEY_EVENTS, KEY_IDLE, KEY_DELAYED
 local QBUCKET_MAX = 120
 local SEQ_SPAN = 1099511627776           -- 2^40: sequence numbers and LIFO order keys
 
-local U = {}     -- group key -> {{name, amount}...}, this call
+local USES = {}   -- group key -> {{name, amount}...}, this call
 -- Parses a group key: names sorted, joined by "\n", "\t" and the amount when not 1.
 local function parse_group_key(key)
   if key == '' then return {} end
@@ -45,10 +47,10 @@ local function parse_group_key(key)
   return uses
 end
 local function uses_of(key)
-  local u = U[key]
+  local u = USES[key]
   if not u then
     u = parse_group_key(key)
-    U[key] = u
+    USES[key] = u
   end
   return u
 end
@@ -66,9 +68,9 @@ local function group_of(key)
     local uses = uses_of(key)
     g.uses = uses
     if #uses == 1 and #g.param_keys == 1 then
-      Pkey[uses[1][1]] = g.param_keys
+      PARAM_KEY[uses[1][1]] = g.param_keys
     else
-      for i, u in ipairs(uses) do Pkey[u[1]] = ssub(g.param_keys, i, i) end
+      for i, u in ipairs(uses) do PARAM_KEY[u[1]] = ssub(g.param_keys, i, i) end
     end
   end
   return g
@@ -270,7 +272,7 @@ local function unlist(key, g)
   g = g or group_of(key)
   if g.tier then
     if g.state == 'C' then
-      lib.rem(KCAND, listing(key, g))
+      lib.rem(KEY_CANDIDATES, listing(key, g))
     elseif g.state == 'P' then
       local name = uses_of(key)[g.parked_scope][1]
       if sched_scope_of(name).shared then lib.rem(pkey(name), listing(key, g)) end
@@ -290,7 +292,7 @@ local function make_candidate(key, woken, head, g)
   g.parked_scope = nil
   g.tier = tier_of(m)
   rmark(key)
-  lib.add(KCAND, m)
+  lib.add(KEY_CANDIDATES, m)
 end
 
 -- A group parked on scope number `i` of its own: listed there when the scope is shared;
@@ -313,7 +315,7 @@ local function arm(name, at)
   if s.timer == nil or at < s.timer then
     s.timer = at
     rmark(name)
-    lib.add(KEV, spack('>d', at) .. '\0' .. name)
+    lib.add(KEY_EVENTS, spack('>d', at) .. '\0' .. name)
   end
 end
 

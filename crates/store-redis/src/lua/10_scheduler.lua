@@ -87,23 +87,23 @@ local function insert(key, seq, body, priority, start, not_before, now)
     local g = group_of(key)
     g.delayed = g.delayed + 1
     rmark(key)
-    call('HSET', KDR, seq, spack('>i4BH', priority, class, #key) .. key .. member)
-    lib.add(KEV, spack('>d', not_before) .. '\1' .. spack('>I7', seq))
+    call('HSET', KEY_DELAYED, seq, spack('>i4BH', priority, class, #key) .. key .. member)
+    lib.add(KEY_EVENTS, spack('>d', not_before) .. '\1' .. spack('>I7', seq))
     C.delayed = C.delayed + 1
     return
   end
   enqueue(key, member)
 end
 
-local function event_time(m) return (field('>d', m, 1, KEV .. ' event')) end
+local function event_time(m) return (field('>d', m, 1, KEY_EVENTS .. ' event')) end
 
 local function handle_events(now)
   while true do
-    local m, sep = lib.first(KEV)
+    local m, sep = lib.first(KEY_EVENTS)
     if not m then return end
     local t = event_time(m)
     if t > now then return end
-    lib.rem_at(KEV, sep, m)
+    lib.rem_at(KEY_EVENTS, sep, m)
     local kind = sbyte(m, 9)
     if kind == 0 then
       local name = ssub(m, 10)
@@ -115,16 +115,16 @@ local function handle_events(now)
         rearm(name, now)
       end
     elseif kind == 1 then
-      local seq = field('>I7', m, 10, KEV .. ' delayed request')
-      local raw = call('HGET', KDR, seq)
+      local seq = field('>I7', m, 10, KEY_EVENTS .. ' delayed request')
+      local raw = call('HGET', KEY_DELAYED, seq)
       if raw then
-        call('HDEL', KDR, seq)
+        call('HDEL', KEY_DELAYED, seq)
         C.delayed = C.delayed - 1
         local ok, _, _, len, pos = pcall(sunpack, '>i4BH', raw)
         local key = ok and ssub(raw, pos, pos + len - 1)
         local member = ok and ssub(raw, pos + len)
         if not ok or #key ~= len or member == '' then
-          fail('CORRUPT', KDR .. '[' .. seq .. ']: truncated delayed request')
+          fail('CORRUPT', KEY_DELAYED .. '[' .. seq .. ']: truncated delayed request')
         end
         local g = group_of(key)
         g.delayed = g.delayed - 1
@@ -132,14 +132,14 @@ local function handle_events(now)
         enqueue(key, member)
       end
     else
-      fail('CORRUPT', KEV .. ': unknown event')
+      fail('CORRUPT', KEY_EVENTS .. ': unknown event')
     end
   end
 end
 
 local function pop_candidate()
   while true do
-    local m = lib.pop(KCAND)
+    local m = lib.pop(KEY_CANDIDATES)
     if not m then return nil end
     local key = member_key(m)
     local r = rec(key)
@@ -153,7 +153,7 @@ local function pop_candidate()
         local fresh = rank_member(key)
         if tier_of(fresh) ~= tier_of(m) then
           g.tier = tier_of(fresh)
-          lib.add(KCAND, fresh)
+          lib.add(KEY_CANDIDATES, fresh)
         else
           return key
         end
@@ -261,7 +261,7 @@ local function collect(key)
       local st = find_scope(name)
       if st then
         if this_call.tirem and this_call.tirem[name] then this_call.tirem[name] = false end
-        call('ZADD', KTI, st.last_used, name)
+        call('ZADD', KEY_IDLE, st.last_used, name)
         local d = ssub(g.param_keys, i, i)
         if d ~= 'N' and d ~= '' then call('HSETNX', P .. 'np', name, '\0' .. d) end
       end
@@ -288,7 +288,7 @@ function lib.ti_flush()
       t[name] = false
     end
   end
-  call_many('ZREM', KTI, names, 4000)
+  call_many('ZREM', KEY_IDLE, names, 4000)
 end
 
 local function evict_idle(now, budget)
@@ -296,25 +296,25 @@ local function evict_idle(now, budget)
   local max_idle = settings().max_idle_ns or 0
   if max_idle <= 0 then return end
   for _ = 1, budget do
-    local e = call('ZRANGE', KTI, '0', '0', 'WITHSCORES')
+    local e = call('ZRANGE', KEY_IDLE, '0', '0', 'WITHSCORES')
     if #e == 0 then return end
     local name, lu = e[1], tonumber(e[2])
     if lu + max_idle > now then return end
     local st = find_scope(name)
     if not st then
-      call('ZREM', KTI, name)
+      call('ZREM', KEY_IDLE, name)
     else
       advance(st, params_of(name), now)
       if st.active == 0 and st.level == 0 and st.next_allowed <= now and st.hard_until <= now
           and st.consumed == 0 then
-        call('HDEL', KT, name)
+        call('HDEL', KEY_STATES, name)
         Tcache[name] = nil
         local v = call('HGET', P .. 'np', name)
         if v and sbyte(v, '1') == 0 then call('HDEL', P .. 'np', name) end
-        call('ZREM', KTI, name)
+        call('ZREM', KEY_IDLE, name)
         C.evicted = C.evicted + 1
       else
-        call('ZADD', KTI, now, name)
+        call('ZADD', KEY_IDLE, now, name)
       end
     end
   end
@@ -334,7 +334,7 @@ local function lease_ended(key, load, now)
 end
 
 local function next_event_time()
-  local m = lib.first(KEV)
+  local m = lib.first(KEY_EVENTS)
   if m then return event_time(m) end
   return -1
 end

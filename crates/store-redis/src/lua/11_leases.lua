@@ -2,7 +2,9 @@
 -- 15_permits.lua closes): lease records, release, redelivery, init and callback names.
 -- Mirrors crates/frontier-core/src/leases.rs and crates/frontier-core/src/frontier.rs.
 --
-local KL, KLX, KST
+-- Keys: KEY_LEASES "L" (lease records), KEY_EXPIRIES "lx" (leases and permits by
+-- expiry), KEY_STATS "st".
+local KEY_LEASES, KEY_EXPIRIES, KEY_STATS
 local OPS = {}
 -- The operations (and their helpers, local to this block: a function has at most 200
 -- local variables, the script's main chunk included).
@@ -15,7 +17,7 @@ local function lease_parts(id)
   if not n then fail('CONFIG', 'bad lease id ' .. tostring(id)) end
   return n % SEQ_SPAN, floor(n / SEQ_SPAN)
 end
-local function stat(name, d) call('HINCRBY', KST, name, d) end
+local function stat(name, d) call('HINCRBY', KEY_STATS, name, d) end
 
 -- Lease records: priority, flags (1 start, 2 dont_track, 4 counted), redelivery count,
 -- expiry, the group key's length, the group key, then the request's body (flags byte and
@@ -30,10 +32,12 @@ local function lease_pack(priority, start, dont_track, counted, redeliveries, ex
   return spack(LFMT_PACK, priority, bits, redeliveries, expiry, #group_key, group_key, body)
 end
 local function lease_load(seq)
-  local raw = call('HGET', KL, seq)
+  local raw = call('HGET', KEY_LEASES, seq)
   if not raw then return nil end
   local ok, pr, bits, k, x, len, pos = pcall(sunpack, LFMT, raw)
-  if not ok or #raw < pos + len then fail('CORRUPT', KL .. '[' .. seq .. ']: bad lease record') end
+  if not ok or #raw < pos + len then
+    fail('CORRUPT', KEY_LEASES .. '[' .. seq .. ']: bad lease record')
+  end
   return {priority = pr, start = bits % 2 == 1, dont_track = floor(bits / 2) % 2 == 1,
           counted = floor(bits / 4) % 2 == 1, redeliveries = k, expiry = x,
           group_key = ssub(raw, pos, pos + len - 1), body = ssub(raw, pos + len)}
@@ -56,16 +60,16 @@ end
 
 -- Expired leases go back to their group with their sequence number (redelivery).
 local function redeliver_expired(now, limit)
-  local due = call('ZRANGEBYSCORE', KLX, '-inf', now, 'LIMIT', '0', limit)
+  local due = call('ZRANGEBYSCORE', KEY_EXPIRIES, '-inf', now, 'LIMIT', '0', limit)
   for _, seq in ipairs(due) do
     -- A standalone permit ("p" and its id): its slots are freed as cancelled.
     local lease = sbyte(seq, 1) ~= 112 and lease_load(seq)
     if not lease and sbyte(seq, 1) == 112 then
       if lib.pm_end(ssub(seq, 2), {cancelled = true}, now) then stat('permits_expired', 1) end
     end
-    call('ZREM', KLX, seq)
+    call('ZREM', KEY_EXPIRIES, seq)
     if lease then
-      call('HDEL', KL, seq)
+      call('HDEL', KEY_LEASES, seq)
       local key, pk = lease.group_key, group_of(lease.group_key).param_keys
       frontier_release(lease, {cancelled = true}, now)
       group_for(key, nil, pk)
@@ -93,7 +97,7 @@ local function decode_outcome(kind, a, b)
 end
 
 local function next_expiry()
-  local lx = call('ZRANGE', KLX, '0', '0', 'WITHSCORES')
+  local lx = call('ZRANGE', KEY_EXPIRIES, '0', '0', 'WITHSCORES')
   if #lx > 0 then return tonumber(lx[2]) end
   return -1
 end
@@ -110,22 +114,22 @@ end
 -- the few of them this script reads, the jitter seed and the scope parameters (first
 -- caller wins); returns the stored settings JSON so a worker can compare.
 OPS.init = function(args)
-  local layout = call('HGET', KCFG, 'layout')
+  local layout = call('HGET', KEY_CONFIG, 'layout')
   if layout and tonumber(layout) ~= LAYOUT then
     fail('VERSION', 'crawl keys use layout ' .. layout .. ', this client reads and writes '
       .. LAYOUT .. ' (drain the crawl with the version that wrote it, or destroy it)')
   end
   if not layout then
-    call('HSET', KCFG, 'layout', LAYOUT, 'settings', args[1], 'lua', args[2])
+    call('HSET', KEY_CONFIG, 'layout', LAYOUT, 'settings', args[1], 'lua', args[2])
     local t = call('TIME')
-    call('HSET', KCFG, 'epoch_s', t[1], 'digest', redis.sha1hex(table.concat(args, '\0')))
+    call('HSET', KEY_CONFIG, 'epoch_s', t[1], 'digest', redis.sha1hex(table.concat(args, '\0')))
     cload()
     C.rng_hi = tonumber(args[3])
     C.rng_lo = tonumber(args[4])
     cflush()
     for i = 5, #args, 2 do call('HSET', P .. 'np', args[i], args[i + 1]) end
   end
-  return call('HGET', KCFG, 'settings')
+  return call('HGET', KEY_CONFIG, 'settings')
 end
 
 -- callback NAME: the crawl-wide number of a callback name (numbers are dense from 0).

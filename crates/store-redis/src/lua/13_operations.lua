@@ -87,7 +87,7 @@ OPS.poll = function(args)
   local max = tonumber(args[3] or '1') or 1
   -- The earliest expiry, read once: expired leases are looked for when it is due, and
   -- unless some were redelivered it gives the next expiry at the end.
-  local lx = call('ZRANGE', KLX, '0', '0', 'WITHSCORES')
+  local lx = call('ZRANGE', KEY_EXPIRIES, '0', '0', 'WITHSCORES')
   local first_exp = -1
   if #lx > 0 then first_exp = tonumber(lx[2]) end
   if first_exp >= 0 and first_exp <= NOW then
@@ -132,13 +132,13 @@ OPS.poll = function(args)
   C.dequeued = C.dequeued + n
   C.leased = C.leased + n
   if #lrec > 0 then
-    call_many('HSET', KL, lrec, 2000)
-    call_many('ZADD', KLX, lexp, 2000)
+    call_many('HSET', KEY_LEASES, lrec, 2000)
+    call_many('ZADD', KEY_EXPIRIES, lexp, 2000)
   end
   flush_all()
   out[#out + 1] = last
   out[#out + 1] = num(last_t or -1)
-  out[#out + 1] = call('HLEN', KL)
+  out[#out + 1] = call('HLEN', KEY_LEASES)
   out[#out + 1] = num(NOW)
   if not first_exp then
     first_exp = next_expiry()
@@ -172,8 +172,8 @@ local function lease_of(id)
   return lease, seq
 end
 local function end_lease(seq)
-  call('HDEL', KL, seq)
-  call('ZREM', KLX, seq)
+  call('HDEL', KEY_LEASES, seq)
+  call('ZREM', KEY_EXPIRIES, seq)
 end
 
 -- complete LEASE KIND A B: outcome kind 's' (status A, header delay ns B or -1),
@@ -213,10 +213,10 @@ OPS.extend = function(args)
   local lease, seq = lease_of(args[1])
   if not lease then return 0 end
   lease.expiry = NOW + tonumber(args[2])
-  call('HSET', KL, seq,
+  call('HSET', KEY_LEASES, seq,
     lease_pack(lease.priority, lease.start, lease.dont_track, lease.counted,
                lease.redeliveries, lease.expiry, lease.group_key, lease.body))
-  call('ZADD', KLX, lease.expiry, seq)
+  call('ZADD', KEY_EXPIRIES, lease.expiry, seq)
   return 1
 end
 

@@ -133,8 +133,8 @@ end
 -- info: counters {queued, delayed, leased, in_flight(throttle), groups, enqueued,
 -- dequeued, leased, acked, retried, redelivered, max_depth, permits held, stats...}
 OPS.info = function(args)
-  local st = call('HGETALL', KST)
-  local out = {C.queued, C.delayed, call('HLEN', KL), C.in_flight,
+  local st = call('HGETALL', KEY_STATS)
+  local out = {C.queued, C.delayed, call('HLEN', KEY_LEASES), C.in_flight,
                C.groups, C.enqueued, C.dequeued, C.leased, C.acked,
                C.retried, C.redelivered, C.max_depth, call('HLEN', P .. 'pm')}
   for i = 1, #st do out[#out + 1] = st[i] end

@@ -19,7 +19,7 @@ function lib.pm_touch(name, kind, now, wake)
   else
     local st = find_scope(name)
     if st then
-      call('ZADD', KTI, st.last_used, name)
+      call('ZADD', KEY_IDLE, st.last_used, name)
       reg(name, kind)
     end
   end
@@ -29,7 +29,7 @@ end
 function lib.pm_end(id, outcome, now)
   local KPM = P .. 'pm'
   local raw = call('HGET', KPM, id)
-  call('ZREM', KLX, 'p' .. id)
+  call('ZREM', KEY_EXPIRIES, 'p' .. id)
   if not raw then return false end
   call('HDEL', KPM, id)
   local ok, r = pcall(cmsgpack.unpack, raw)
@@ -44,7 +44,7 @@ end
 
 -- Expired leases and permits, when the earliest expiry is due (at most LIMIT).
 function lib.pm_expire(limit)
-  local lx = call('ZRANGE', KLX, '0', '0', 'WITHSCORES')
+  local lx = call('ZRANGE', KEY_EXPIRIES, '0', '0', 'WITHSCORES')
   if #lx > 0 and tonumber(lx[2]) <= NOW then redeliver_expired(NOW, limit) end
 end
 
@@ -75,11 +75,11 @@ OPS.permit_acquire = function(args)
   end
   local out
   if ok then
-    local id = call('HINCRBY', KST, 'permits', 1)
+    local id = call('HINCRBY', KEY_STATS, 'permits', 1)
     local k = {}
     for i = 1, #names do k[i] = kinds[i] end
     call('HSET', P .. 'pm', id, cmsgpack.pack({s = names, k = k}))
-    call('ZADD', KLX, NOW + tonumber(args[1]), 'p' .. id)
+    call('ZADD', KEY_EXPIRIES, NOW + tonumber(args[1]), 'p' .. id)
     out = {'ok', id, num(NOW)}
   elseif why == 'blocked' then
     out = {'blocked', 0, num(NOW)}
@@ -97,7 +97,7 @@ end
 OPS.permit_release = function(args)
   local id = args[1]
   lib.pm_expire(tonumber(args[5]))
-  local x = call('ZSCORE', KLX, 'p' .. id)
+  local x = call('ZSCORE', KEY_EXPIRIES, 'p' .. id)
   local done = 0
   if x and tonumber(x) <= NOW then
     if lib.pm_end(id, {cancelled = true}, NOW) then stat('permits_expired', 1) end

@@ -4,17 +4,18 @@
 --
 -- Starts a call on the crawl with key prefix `prefix`: forgets everything cached by the
 -- previous call (what follows from the settings alone stays, keyed by their text).
-local KEYC = {}   -- prefix -> its key names (the same for every call on the crawl)
+local KEYS_BY_PREFIX = {}  -- prefix -> its key names (the same for every call on the crawl)
 local function reset(prefix)
   bind()
   P = prefix
-  local k = KEYC[P]
+  local k = KEYS_BY_PREFIX[P]
   if not k then
     k = {P .. 'c', P .. 'cfg', P .. 't', P .. 'ov', P .. 'C', P .. 'E', P .. 'ti', P .. 'dr',
          P .. 'L', P .. 'lx', P .. 'st'}
-    KEYC[P] = k
+    KEYS_BY_PREFIX[P] = k
   end
-  KC, KCFG, KT, KOV, KCAND, KEV, KTI, KDR, KL, KLX, KST = unpack(k)
+  KEY_COUNTERS, KEY_CONFIG, KEY_STATES, KEY_OVERRIDES, KEY_CANDIDATES, KEY_EVENTS, KEY_IDLE,
+    KEY_DELAYED, KEY_LEASES, KEY_EXPIRIES, KEY_STATS = unpack(k)
   -- The call's tables are emptied and used again (fewer allocations, so less work for
   -- Lua's collector, which costs more than the tables themselves); big ones are new.
   local fresh = lib.fresh
@@ -30,12 +31,12 @@ local function reset(prefix)
     for i = 1, #CN do C[CN[i]] = nil end
     Cloaded = false
   end
-  S, SRAW, SDIGEST, SC, EPOCH_S, LAYOUT_SEEN = nil, nil, nil, nil, nil, nil
-  Pcache, Pkey = fresh(Pcache), fresh(Pkey)
+  S, SRAW, SDIGEST, SETTINGS_ENTRY, EPOCH_S, LAYOUT_SEEN = nil, nil, nil, nil, nil, nil
+  PARAMS, PARAM_KEY = fresh(PARAMS), fresh(PARAM_KEY)
   NOW = nil
   Tcache = fresh(Tcache)
-  Nb, rec_cache, rec_dirty, U, NBK =
-    fresh(Nb), fresh(rec_cache), fresh(rec_dirty), fresh(U), fresh(NBK)
+  BUCKET_OF, rec_cache, rec_dirty, USES, BUCKET_KEY =
+    fresh(BUCKET_OF), fresh(rec_cache), fresh(rec_dirty), fresh(USES), fresh(BUCKET_KEY)
 end
 
 local bare = {init = true, callback = true, callback_name = true, debug_ns = true,
