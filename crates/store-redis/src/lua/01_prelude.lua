@@ -79,7 +79,7 @@ local function fmt(x) return string.format('%.17g', x) end
 
 -- ------------------------------------------------------------------ msgpack records
 -- (only the rare per-scope overrides use them)
-local function hload(key, f)
+local function load_msgpack(key, f)
   local v = call('HGET', key, f)
   if not v then return nil end
   local ok, t = pcall(cmsgpack.unpack, v)
@@ -88,7 +88,7 @@ local function hload(key, f)
   end
   return t
 end
-local function hsave(key, f, t) call('HSET', key, f, cmsgpack.pack(t)) end
+local function save_msgpack(key, f, t) call('HSET', key, f, cmsgpack.pack(t)) end
 -- `cmd key args...` over `flat` (a flat list) in calls of at most `step` arguments (Lua's
 -- unpack has a limit); `step` is a multiple of the arguments one item takes. Returns the
 -- sum of the integer replies (what ZADD, ZREM, SADD... count).

@@ -15,7 +15,7 @@
 -- bucket_records (the name records' linear hashing, 08_records.lua).
 local C = {}
 local Cloaded = false
-local function cload()
+local function load_counters()
   Cloaded = true
   local raw = call('GET', KEY_COUNTERS)
   C._raw = raw or nil
@@ -42,14 +42,14 @@ local function cload()
   end
 end
 -- C's metatable: a counter read before they are loaded loads them (every write to one
--- follows a read of it, or an explicit cload).
+-- follows a read of it, or an explicit load_counters).
 local CMETA = {__index = function(t, k)
   if Cloaded then return nil end
-  cload()
+  load_counters()
   return rawget(t, k)
 end}
 -- Written only when they changed (C._raw: as read).
-local function cflush()
+local function flush_counters()
   if not Cloaded then return end
   local raw = spack(CFMT, C.seq, C.queued, C.delayed, C.in_flight, C.tick, C.next_group,
     C.groups, C.rng_hi, C.rng_lo, C.clock, C.max_depth, C.overrides, C.enqueued, C.dequeued,

@@ -12,13 +12,13 @@ local KEY_OVERRIDES   -- "ov"
 -- No lookup at all while the crawl has no override (the counter "overrides" counts them).
 local function override_of(name)
   if C.overrides == 0 then return nil end
-  local stored = hload(KEY_OVERRIDES, name)
+  local stored = load_msgpack(KEY_OVERRIDES, name)
   if not stored then return nil end
   return {base_delay = stored.bd, concurrency = stored.c, robots_floor = stored.rd,
           robots_warned = stored.rw}
 end
 local function override_save(name, ov, existed)
-  hsave(KEY_OVERRIDES, name, {bd = ov.base_delay, c = ov.concurrency, rd = ov.robots_floor,
+  save_msgpack(KEY_OVERRIDES, name, {bd = ov.base_delay, c = ov.concurrency, rd = ov.robots_floor,
                     rw = ov.robots_warned})
   if not existed then C.overrides = C.overrides + 1 end
 end
@@ -180,7 +180,7 @@ local function try_acquire(uses, dont_throttle, now)
   return true, true
 end
 
-local function tcheck(uses, now)
+local function check_all(uses, now)
   now = clock_clamp(now)
   local list = resolve_all(uses, now)
   return gate_all(list, now)

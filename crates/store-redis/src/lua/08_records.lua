@@ -18,7 +18,7 @@ local rec_dirty = {}
 -- ~5 MB of the functions' memory.
 local NH_GEN = 16384
 local NAME_HASHES = {new = {}, old = {}, n = 0}
-local function nhash(name)
+local function name_hash(name)
   local new = NAME_HASHES.new
   local h = new[name]
   if h then return h end
@@ -33,7 +33,7 @@ local function nhash(name)
   return h
 end
 local BUCKET_KEY = {}  -- bucket number -> key, this call
-local function nbucket_of(h)
+local function bucket_of_hash(h)
   local m = 2 ^ C.bucket_level
   local b = h % m
   if b < C.bucket_split then b = h % (m * 2) end
@@ -45,10 +45,10 @@ local function nbucket_of(h)
   end
   return k
 end
-local function nbucket(name)
+local function bucket_of_name(name)
   local b = BUCKET_OF[name]
   if not b then
-    b = nbucket_of(nhash(name))
+    b = bucket_of_hash(name_hash(name))
     BUCKET_OF[name] = b
   end
   return b
@@ -66,12 +66,13 @@ end
 -- Scope part: flags (1 shared, 2 timer, 4 owner is the group of the same name, 8 owner
 -- named, 16 users other than 1); then the users ('>I4'), the timer (d) and the owner's
 -- name ('>H' length, bytes).
--- Decoded (rec), a record is {g = group part, s = scope part}, each nil when absent, with
--- the Rust names (dispatch/groups.rs's Group, dispatch/mod.rs's ScopeSlot). Group part:
--- gid (its number), queued, delayed, active, last_served, state ('I', 'C', 'P'), load,
--- shared, own_queue, tier, parked_scope, woken_by, param_keys; and, once read in a call,
--- seen and uses. Scope part: refs (its users), shared, timer, owner (a group key). The
--- names live only during a call: the stored record is positional (rencode).
+-- Decoded (record(name)), a record is {g = group part, s = scope part}, each nil when
+-- absent, with the Rust names (dispatch/groups.rs's Group, dispatch/mod.rs's ScopeSlot).
+-- Group part: gid (its number), queued, delayed, active, last_served, state ('I', 'C',
+-- 'P'), load, shared, own_queue, tier, parked_scope, woken_by, param_keys; and, once read
+-- in a call, seen and uses. Scope part: refs (its users), shared, timer, owner (a group
+-- key). The names live only during a call: the stored record is positional
+-- (encode_record).
 local GST = {[0] = 'I', 'C', 'P', I = 0, C = 1, P = 2}
 -- The group part's fixed fields by short forms (parts / 8): number, queued, state, flags.
 local RFMT = {[0] = '>I4I4BB', '>I4BBB', '>I3I4BB', '>I3BBB'}
@@ -80,37 +81,39 @@ local function tier_len(t)
   if b == 0 or b == 255 then return 10 end
   return 5
 end
-local function rbad(name) fail('CORRUPT', nbucket(name) .. '[' .. name .. ']: undecodable record') end
+local function bad_record(name)
+  fail('CORRUPT', bucket_of_name(name) .. '[' .. name .. ']: undecodable record')
+end
 -- RFMT.len: the lengths of its formats (a field is decoded only when the record holds all
 -- its bytes, so struct.unpack cannot fail); RFMT.out: rencode's pieces, one table for
 -- every call (only its first `n` entries are used). In RFMT: the main chunk is at Lua's
 -- 200 locals.
 RFMT.len = {[0] = 10, 7, 9, 6}
 RFMT.out = {}
-local function rdecode(name, raw)
+local function decode_record(name, raw)
   local parts = sbyte(raw, 1)
-  if not parts or parts > 31 then rbad(name) end
+  if not parts or parts > 31 then bad_record(name) end
   local pos = 2
   local len = #raw
   local g, s
   if parts % 2 == 1 then
     local short = floor(parts / 8)
-    if len < RFMT.len[short] + 1 then rbad(name) end
+    if len < RFMT.len[short] + 1 then bad_record(name) end
     local gid, n, st, gf
     gid, n, st, gf, pos = sunpack(RFMT[short], raw, pos)
     st = GST[st]
-    if not st then rbad(name) end
+    if not st then bad_record(name) end
     local dl, a, ls, ld = 0, 0, 0, 0
     if gf % 128 >= 64 then
-      if len < pos + 7 then rbad(name) end
+      if len < pos + 7 then bad_record(name) end
       dl, a, pos = sunpack('>I4I4', raw, pos)
     end
     if gf >= 128 then
-      if len < pos + 4 then rbad(name) end
+      if len < pos + 4 then bad_record(name) end
       ls, pos = sunpack('>I5', raw, pos)
     end
     if gf % 32 >= 16 then
-      if len < pos + 7 then rbad(name) end
+      if len < pos + 7 then bad_record(name) end
       ld, pos = sunpack('>d', raw, pos)
     end
     g = {gid = gid, queued = n, delayed = dl, active = a, last_served = ls, state = st,
@@ -119,7 +122,7 @@ local function rdecode(name, raw)
       local b = sbyte(raw, pos)
       local tl = (b == 0 or b == 255) and 10 or 5
       g.tier = ssub(raw, pos, pos + tl - 1)
-      if #g.tier ~= tl then rbad(name) end
+      if #g.tier ~= tl then bad_record(name) end
       pos = pos + tl
     end
     if gf % 64 >= 32 then
@@ -134,37 +137,37 @@ local function rdecode(name, raw)
       g.param_keys = '1'
     else
       local npk = sbyte(raw, pos)
-      if not npk then rbad(name) end
+      if not npk then bad_record(name) end
       g.param_keys = ssub(raw, pos + 1, pos + npk)
-      if #g.param_keys ~= npk then rbad(name) end
+      if #g.param_keys ~= npk then bad_record(name) end
       pos = pos + 1 + npk
     end
   end
   if parts % 4 >= 2 then
     local sf = sbyte(raw, pos)
-    if not sf then rbad(name) end
+    if not sf then bad_record(name) end
     pos = pos + 1
     local rf, tm, ow = 1, nil, nil
     if sf % 32 >= 16 then
-      if len < pos + 3 then rbad(name) end
+      if len < pos + 3 then bad_record(name) end
       rf, pos = sunpack('>I4', raw, pos)
     end
     if sf % 4 >= 2 then
-      if len < pos + 7 then rbad(name) end
+      if len < pos + 7 then bad_record(name) end
       tm, pos = sunpack('>d', raw, pos)
     end
     if sf % 8 >= 4 then ow = name end
     if sf % 16 >= 8 then
-      if len < pos + 1 then rbad(name) end
+      if len < pos + 1 then bad_record(name) end
       local n
       n, pos = sunpack('>H', raw, pos)
       ow = ssub(raw, pos, pos + n - 1)
-      if #ow ~= n then rbad(name) end
+      if #ow ~= n then bad_record(name) end
       pos = pos + n
     end
     s = {refs = rf, shared = sf % 2 == 1, timer = tm, owner = ow}
   end
-  if pos ~= len + 1 then rbad(name) end
+  if pos ~= len + 1 then bad_record(name) end
   return {stored = true, g = g, s = s}
 end
 -- The record's fields go into RFMT.out in order and out in one struct.pack, whose format
@@ -190,7 +193,7 @@ function RFMT.fmt(parts, gf, sf)
   return table.concat(f)
 end
 RFMT.enc = {}
-local function rencode(name, r)
+local function encode_record(name, r)
   local g, s = r.g, r.s
   local parts = (g and 1 or 0) + (s and 2 or 0)
   local out, n = RFMT.out, 1
@@ -231,12 +234,12 @@ local function rencode(name, r)
   end
   return spack(f, unpack(out, 1, n))
 end
-local function rec(name)
+local function record(name)
   local r = rec_cache[name]
   if r == nil then
-    local raw = call('HGET', nbucket(name), name)
+    local raw = call('HGET', bucket_of_name(name), name)
     if raw then
-      r = rdecode(name, raw)
+      r = decode_record(name, raw)
       r._raw = raw   -- as stored: written back only when it changed
     else
       r = false
@@ -245,8 +248,8 @@ local function rec(name)
   end
   return r or nil
 end
-local function rec_make(name)
-  local r = rec(name)
+local function make_record(name)
+  local r = record(name)
   if not r then
     r = {}
     rec_cache[name] = r
@@ -254,14 +257,14 @@ local function rec_make(name)
   rec_dirty[name] = true
   return r
 end
-local function rmark(name) rec_dirty[name] = true end
+local function mark_record(name) rec_dirty[name] = true end
 -- Reads the records of `names` not read yet in this call: one HMGET per bucket.
-local function rec_prefetch(names)
+local function prefetch_records(names)
   local by, want = {}, {}
   for _, name in ipairs(names) do
     if rec_cache[name] == nil and not want[name] then
       want[name] = true
-      local t = lib.list_in(by, nbucket(name))
+      local t = lib.list_in(by, bucket_of_name(name))
       t[#t + 1] = name
     end
   end
@@ -272,7 +275,7 @@ local function rec_prefetch(names)
       for x = i, j do
         local raw = v[x - i + 1]
         if raw then
-          local r = rdecode(t[x], raw)
+          local r = decode_record(t[x], raw)
           r._raw = raw
           rec_cache[t[x]] = r
         else
@@ -285,7 +288,7 @@ end
 
 -- Linear hashing (C.bucket_level L, C.bucket_split S, C.bucket_records: the records in
 -- all buckets): bucket S splits into S and S + 2^L; S goes round 0 .. 2^L - 1.
-local function nsplit()
+local function split_buckets()
   while C.bucket_records > 48 * (2 ^ C.bucket_level + C.bucket_split) do
     local L, sp = C.bucket_level, C.bucket_split
     local m = 2 ^ L
@@ -293,7 +296,7 @@ local function nsplit()
     local all = call('HGETALL', src)
     local move, gone = {}, {}
     for i = 1, #all, 2 do
-      if nhash(all[i]) % (2 * m) ~= sp then
+      if name_hash(all[i]) % (2 * m) ~= sp then
         move[#move + 1] = all[i]
         move[#move + 1] = all[i + 1]
         gone[#gone + 1] = all[i]
@@ -309,13 +312,13 @@ local function nsplit()
     C.bucket_split = sp
   end
 end
-local function rflush()
+local function flush_records()
   local put = {}   -- bucket -> flat field/value list
   for name in pairs(rec_dirty) do
     local r = rec_cache[name]
-    local b = nbucket(name)
+    local b = bucket_of_name(name)
     if r and (r.g or r.s) then
-      local raw = rencode(name, r)
+      local raw = encode_record(name, r)
       if raw ~= r._raw or not r.stored then
         local t = put[b]
         if t then
@@ -339,6 +342,6 @@ local function rflush()
   end
   for b, flat in pairs(put) do call_many('HSET', b, flat, 2000) end
   rec_dirty = {}
-  nsplit()
+  split_buckets()
 end
 

@@ -59,7 +59,7 @@ end
 -- keys.
 local function group_of(key)
   local r = rec_cache[key]
-  if r == nil then r = rec(key) end
+  if r == nil then r = record(key) end
   local g = r and r.g
   if not g then fail('CORRUPT', 'group ' .. key .. ' has no record') end
   if not g.seen then
@@ -76,7 +76,7 @@ local function group_of(key)
   return g
 end
 local function sched_scope_of(name)
-  local r = rec(name)
+  local r = record(name)
   local s = r and r.s
   if not s then fail('CORRUPT', 'scope ' .. name .. ' has no scheduler record') end
   return s
@@ -166,7 +166,7 @@ end
 -- Where a group's queue is: key and score.
 local SLOT = {[0] = '0', '1', '2', '3', '4', '5', '6', '7', '8', '9', '10', '11', '12', '13',
               '14', '15'}
-local function qloc(g)
+local function queue_location(g)
   local k = g.qk
   if not k then
     if g.own_queue then
@@ -179,14 +179,14 @@ local function qloc(g)
   if g.own_queue then return k, '0' end
   return k, SLOT[g.gid % 16]
 end
-local function q_head(g)
-  local k, slot = qloc(g)
+local function queue_head(g)
+  local k, slot = queue_location(g)
   lib.qflush(k)
   if g.own_queue then return call('ZRANGE', k, '0', '0')[1] end
   return call('ZRANGE', k, slot, slot, 'BYSCORE', 'LIMIT', '0', '1')[1]
 end
-local function q_add(g, member)
-  local k, slot = qloc(g)
+local function queue_add(g, member)
+  local k, slot = queue_location(g)
   if not g.own_queue and lib.card(k) >= QBUCKET_MAX then
     -- The shared bucket is full: this group's requests move to a key of their own.
     lib.qflush(k)
@@ -198,7 +198,7 @@ local function q_add(g, member)
     end
     g.own_queue = true
     g.qk = nil
-    k, slot = qloc(g)
+    k, slot = queue_location(g)
   end
   lib.qadd(k, slot, member)
 end
@@ -207,7 +207,7 @@ local function head_v(key)
   local g = group_of(key)
   if g.queued == 0 then return nil end
   if g.tier then return (member_order(g.tier)) end
-  local h = q_head(g)
+  local h = queue_head(g)
   if not h then return nil end
   return (member_order(h))
 end
@@ -265,7 +265,7 @@ local function listing(key, g)
   local len = IFMT.len(ls)
   return spack(IFMT.list[len], g.tier, len, ls, g.gid, key)
 end
-local function pkey(name) return P .. 'k:' .. name end
+local function parked_key(name) return P .. 'k:' .. name end
 
 -- `g`: group_of(key), when the caller has it.
 local function unlist(key, g)
@@ -275,10 +275,10 @@ local function unlist(key, g)
       lib.rem(KEY_CANDIDATES, listing(key, g))
     elseif g.state == 'P' then
       local name = uses_of(key)[g.parked_scope][1]
-      if sched_scope_of(name).shared then lib.rem(pkey(name), listing(key, g)) end
+      if sched_scope_of(name).shared then lib.rem(parked_key(name), listing(key, g)) end
     end
     g.tier = nil
-    rmark(key)
+    mark_record(key)
   end
 end
 
@@ -291,7 +291,7 @@ local function make_candidate(key, woken, head, g)
   g.woken_by = woken
   g.parked_scope = nil
   g.tier = tier_of(m)
-  rmark(key)
+  mark_record(key)
   lib.add(KEY_CANDIDATES, m)
 end
 
@@ -305,16 +305,16 @@ local function park(key, i, head)
   g.parked_scope = i
   g.woken_by = nil
   g.tier = tier_of(m)
-  rmark(key)
+  mark_record(key)
   local name = uses_of(key)[i][1]
-  if sched_scope_of(name).shared then lib.add(pkey(name), m) end
+  if sched_scope_of(name).shared then lib.add(parked_key(name), m) end
 end
 
 local function arm(name, at)
   local s = sched_scope_of(name)
   if s.timer == nil or at < s.timer then
     s.timer = at
-    rmark(name)
+    mark_record(name)
     lib.add(KEY_EVENTS, spack('>d', at) .. '\0' .. name)
   end
 end
@@ -332,31 +332,31 @@ local function best_parked(name)
   local s = sched_scope_of(name)
   if not s.shared then
     local key = s.owner
-    local r = key and rec(key)
+    local r = key and record(key)
     local g = r and r.g
     if g and parked_on(key, g, name) then
       group_of(key)
       if g.shared then
         g.load = max_load(uses_of(key), 1)
         g.tier = tier_of(rank_member(key))
-        rmark(key)
+        mark_record(key)
       end
       return key
     end
     return nil
   end
-  local T = pkey(name)
+  local T = parked_key(name)
   while true do
     local m = lib.first(T)
     if not m then return nil end
     local key = member_key(m)
-    local r = rec(key)
+    local r = record(key)
     local g = r and r.g
     if g and parked_on(key, g, name) and g.tier and listing(key, g) == m then
       group_of(key)
       if not g.shared then return key end
       g.load = max_load(uses_of(key), 1)
-      rmark(key)
+      mark_record(key)
       local fresh = rank_member(key)
       if fresh == m then return key end
       lib.rem(T, m)
@@ -384,23 +384,23 @@ local function rearm(name, now)
 end
 
 local function intern_scope(name)
-  local r = rec(name)
+  local r = record(name)
   if r and r.s then
     local s = r.s
     s.refs = s.refs + 1
     if not s.shared then
       s.shared = true
       -- Its owner's parking on it becomes a listing, as for any shared scope.
-      local o = s.owner and rec(s.owner)
+      local o = s.owner and record(s.owner)
       local og = o and o.g
       if og and og.tier and parked_on(s.owner, og, name) then
-        lib.add(pkey(name), listing(s.owner, og))
+        lib.add(parked_key(name), listing(s.owner, og))
       end
     end
-    rmark(name)
+    mark_record(name)
     return
   end
-  r = rec_make(name)
+  r = make_record(name)
   r.s = {refs = 1, shared = false}
   -- In use again: not idle (one ZREM for the whole call, before "ti" is next read).
   local t = this_call.tirem

@@ -8,7 +8,7 @@
 -- scope configured by name), or `kinds` (the same, from the client, as a string), or the scope's entry
 -- in "np".
 local function group_for(key, kinds, pks)
-  local r = rec(key)
+  local r = record(key)
   if r and r.g then return key end
   local uses = uses_of(key)
   local pk = {}
@@ -33,7 +33,7 @@ local function group_for(key, kinds, pks)
     gid = C.next_group
     C.next_group = gid + 1
   end
-  r = rec_make(key)
+  r = make_record(key)
   local g = {gid = gid, queued = 0, delayed = 0, active = 0, last_served = 0, state = 'I',
              load = 0, shared = false, own_queue = false, param_keys = table.concat(pk)}
   r.g = g
@@ -44,15 +44,15 @@ local function group_for(key, kinds, pks)
     if s.shared then
       g.shared = true
       if s.owner and s.owner ~= key then
-        local o = rec(s.owner)
+        local o = record(s.owner)
         if o and o.g then
           o.g.shared = true
-          rmark(s.owner)
+          mark_record(s.owner)
         end
       end
     else
       s.owner = key
-      rmark(u[1])
+      mark_record(u[1])
     end
   end
   return key
@@ -62,9 +62,9 @@ local function enqueue(key, member)
   local g = group_of(key)
   local old = nil
   if g.queued > 0 then old = head_v(key) end
-  q_add(g, member)
+  queue_add(g, member)
   g.queued = g.queued + 1
-  rmark(key)
+  mark_record(key)
   C.queued = C.queued + 1
   -- The head bucket changes only if the new member's bucket sorts before the old head's.
   local mine = member_order(member)
@@ -86,7 +86,7 @@ local function insert(key, seq, body, priority, start, not_before, now)
   if not_before and not_before > now then
     local g = group_of(key)
     g.delayed = g.delayed + 1
-    rmark(key)
+    mark_record(key)
     call('HSET', KEY_DELAYED, seq, spack('>i4BH', priority, class, #key) .. key .. member)
     lib.add(KEY_EVENTS, spack('>d', not_before) .. '\1' .. spack('>I7', seq))
     C.delayed = C.delayed + 1
@@ -107,11 +107,11 @@ local function handle_events(now)
     local kind = sbyte(m, 9)
     if kind == 0 then
       local name = ssub(m, 10)
-      local r = rec(name)
+      local r = record(name)
       local s = r and r.s
       if s and s.timer == t then
         s.timer = nil
-        rmark(name)
+        mark_record(name)
         rearm(name, now)
       end
     elseif kind == 1 then
@@ -128,7 +128,7 @@ local function handle_events(now)
         end
         local g = group_of(key)
         g.delayed = g.delayed - 1
-        rmark(key)
+        mark_record(key)
         enqueue(key, member)
       end
     else
@@ -142,12 +142,12 @@ local function pop_candidate()
     local m = lib.pop(KEY_CANDIDATES)
     if not m then return nil end
     local key = member_key(m)
-    local r = rec(key)
+    local r = record(key)
     local g = r and r.g
     if g and g.state == 'C' and g.tier and listing(key, g) == m then
       group_of(key)
       g.tier = nil
-      rmark(key)
+      mark_record(key)
       if g.shared then
         g.load = max_load(uses_of(key), 1)
         local fresh = rank_member(key)
@@ -165,7 +165,7 @@ local function pop_candidate()
 end
 
 local function unthrottled_candidate()
-  local r = rec('')
+  local r = record('')
   if not r or not r.g or r.g.state ~= 'C' then return nil end
   group_of('')
   return ''
@@ -206,7 +206,7 @@ end
 local function take_head(key, g)
   C.tick = C.tick + 1
   -- The head and the one after it (the next head) in one read.
-  local k, slot = qloc(g)
+  local k, slot = queue_location(g)
   lib.qflush(k)
   local two
   if g.own_queue then
@@ -224,7 +224,7 @@ local function take_head(key, g)
   g.queued = g.queued - 1
   g.active = g.active + 1
   g.last_served = C.tick
-  rmark(key)
+  mark_record(key)
   C.queued = C.queued - 1
   if g.queued > 0 then
     if not two[2] then fail('CORRUPT', 'group ' .. key .. ' counts requests but has none') end
@@ -236,7 +236,7 @@ local function take_head(key, g)
 end
 
 local function collect(key)
-  local r = rec(key)
+  local r = record(key)
   local g = r and r.g
   if not g or g.queued > 0 or g.delayed > 0 or g.active > 0 or g.state ~= 'I' then return end
   group_of(key)
@@ -248,13 +248,13 @@ local function collect(key)
   call('RPUSH', P .. 'gfree', g.gid)
   this_call.gfree0 = nil
   r.g = nil
-  rmark(key)
+  mark_record(key)
   C.groups = C.groups - 1
   for i, u in ipairs(uses_of(key)) do
     local name = u[1]
     local s = sched_scope_of(name)
     s.refs = s.refs - 1
-    rmark(name)
+    mark_record(name)
     if s.refs == 0 then
       -- No group uses the scope any more: its throttle state waits in "ti" for idle
       -- eviction, with its parameter key where eviction can find it.
@@ -265,8 +265,8 @@ local function collect(key)
         local d = ssub(g.param_keys, i, i)
         if d ~= 'N' and d ~= '' then call('HSETNX', P .. 'np', name, '\0' .. d) end
       end
-      if s.shared then lib.del(pkey(name)) end
-      rec(name).s = nil
+      if s.shared then lib.del(parked_key(name)) end
+      record(name).s = nil
     end
   end
 end
@@ -327,7 +327,7 @@ local function lease_ended(key, load, now)
   load = load or g.load
   local reload = load ~= g.load
   g.load = load
-  rmark(key)
+  mark_record(key)
   if candidate and reload then make_candidate(key, g.woken_by) end
   for _, u in ipairs(uses_of(key)) do rearm(u[1], now) end
   collect(key)
@@ -362,14 +362,14 @@ local function sched_poll(now, reserve, again)
       acquired, why = try_acquire(uses, unthrottled, now)
       if acquired then counted, why = why, nil end
     elseif not unthrottled then
-      why = tcheck(uses, now)
+      why = check_all(uses, now)
     end
     if reserve and acquired then
       -- The permit's load: its scopes are the uses' (none when not throttled).
       g.load = max_load(uses, 1)
       local woken = g.woken_by
       g.woken_by = nil
-      rmark(key)
+      mark_record(key)
       local m, priority, class, seq, body = take_head(key, g)
       if woken then rearm(uses[woken][1], now) end
       return 'ready', key, m, counted, priority, class, seq, body

@@ -106,8 +106,8 @@ end
 local function flush_all()
   lib.ti_flush()
   flush_scopes()
-  rflush()
-  cflush()
+  flush_records()
+  flush_counters()
 end
 
 -- init SETTINGS_JSON LUA_JSON SEED_HI SEED_LO (NAME PARAMS_JSON)... : stores the settings,
@@ -123,10 +123,10 @@ OPS.init = function(args)
     call('HSET', KEY_CONFIG, 'layout', LAYOUT, 'settings', args[1], 'lua', args[2])
     local t = call('TIME')
     call('HSET', KEY_CONFIG, 'epoch_s', t[1], 'digest', redis.sha1hex(table.concat(args, '\0')))
-    cload()
+    load_counters()
     C.rng_hi = tonumber(args[3])
     C.rng_lo = tonumber(args[4])
-    cflush()
+    flush_counters()
     for i = 5, #args, 2 do call('HSET', P .. 'np', args[i], args[i + 1]) end
   end
   return call('HGET', KEY_CONFIG, 'settings')

@@ -39,7 +39,7 @@ OPS.push = function(args)
       end
     end
   end
-  rec_prefetch(names)
+  prefetch_records(names)
   this_call.qpend, this_call.cpend = {}, {}
   local out = {}
   local filtered = 0
@@ -155,7 +155,7 @@ OPS.peek = function(args)
   local kind, key = sched_poll(NOW, false)
   local out = {}
   if kind == 'peek' then
-    local m = q_head(group_of(key))
+    local m = queue_head(group_of(key))
     if not m then fail('CORRUPT', 'group ' .. key .. ' counts requests but has none') end
     local _, _, seq, body = member_parts(m)
     out = {seq, ssub(body, 2), key}

@@ -3,7 +3,7 @@
 -- crates/throttle-core/src/throttler/controls.rs and inspect.rs.
 --
 local function scope_changed(name, now)
-  local r = rec(name)
+  local r = record(name)
   if r and r.s then rearm(name, now) end
 end
 

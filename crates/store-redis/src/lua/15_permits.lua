@@ -13,7 +13,7 @@
 -- send time may have changed), or, used by no group, its state waits in "ti" for idle
 -- eviction, with its parameter key where eviction finds it.
 function lib.pm_touch(name, kind, now, wake)
-  local r = rec(name)
+  local r = record(name)
   if r and r.s then
     if wake then rearm(name, now) end
   else
@@ -112,7 +112,7 @@ end
 -- Test hooks: the exact conversions the port relies on.
 OPS.debug_ns = function(args) return fmt(secs_to_ns(tonumber(args[1]))) end
 OPS.debug_rng = function(args)
-  cload()
+  load_counters()
   C.rng_hi, C.rng_lo = tonumber(args[1]), tonumber(args[2])
   local out = {}
   for i = 1, tonumber(args[3]) do out[i] = fmt(rng_next_f64()) end
