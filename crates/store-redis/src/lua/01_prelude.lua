@@ -33,12 +33,12 @@
 -- PFVERSION (another layout version).
 
 -- The counters (02_counters.lua), in the order of their doubles in the stored string.
-local CN = {'seq', 'queued', 'delayed', 'in_flight', 'tick', 'next_group', 'groups',
+local COUNTER_NAMES = {'seq', 'queued', 'delayed', 'in_flight', 'tick', 'next_group', 'groups',
             'rng_hi', 'rng_lo', 'clock', 'max_depth', 'overrides', 'enqueued', 'dequeued',
             'leased', 'acked', 'retried', 'redelivered', 'evicted', 'bucket_level',
             'bucket_split', 'bucket_records'}
-local CFMT   -- '>ddd...' (set by bind: load-time code cannot reach `string`)
-local P
+local COUNTERS_FORMAT   -- '>ddd...' (set by bind: load-time code cannot reach `string`)
+local PREFIX
 -- Library functions, bound at each call by bind(): a function library's load-time code
 -- reaches none of them.
 local call, floor, huge, sbyte, schar, ssub, spack, sunpack
@@ -47,7 +47,7 @@ local function bind()
   floor, huge = math.floor, math.huge
   sbyte, schar, ssub = string.byte, string.char, string.sub
   spack, sunpack = struct.pack, struct.unpack
-  if not CFMT then CFMT = '>' .. string.rep('d', #CN) end
+  if not COUNTERS_FORMAT then COUNTERS_FORMAT = '>' .. string.rep('d', #COUNTER_NAMES) end
 end
 
 local LAYOUT = 2

@@ -14,27 +14,29 @@
 -- leased, acked, retried, redelivered, evicted (stats), and bucket_level, bucket_split and
 -- bucket_records (the name records' linear hashing, 08_records.lua).
 local C = {}
-local Cloaded = false
+local counters_loaded = false
 local function load_counters()
-  Cloaded = true
+  counters_loaded = true
   local raw = call('GET', KEY_COUNTERS)
   C._raw = raw or nil
   if not raw then
-    for _, n in ipairs(CN) do C[n] = 0 end
+    for _, n in ipairs(COUNTER_NAMES) do C[n] = 0 end
     return
   end
-  if #raw ~= 8 * #CN then fail('CORRUPT', KEY_COUNTERS .. ': counters of the wrong size') end
+  if #raw ~= 8 * #COUNTER_NAMES then
+    fail('CORRUPT', KEY_COUNTERS .. ': counters of the wrong size')
+  end
   C.seq, C.queued, C.delayed, C.in_flight, C.tick, C.next_group, C.groups, C.rng_hi,
     C.rng_lo, C.clock, C.max_depth, C.overrides, C.enqueued, C.dequeued, C.leased,
     C.acked, C.retried, C.redelivered, C.evicted, C.bucket_level, C.bucket_split,
-    C.bucket_records = sunpack(CFMT, raw)
+    C.bucket_records = sunpack(COUNTERS_FORMAT, raw)
   -- Their sum is a number unless one is not (NaN); then find which.
   local sum = C.seq + C.queued + C.delayed + C.in_flight + C.tick + C.next_group + C.groups
     + C.rng_hi + C.rng_lo + C.clock + C.max_depth + C.overrides + C.enqueued + C.dequeued
     + C.leased + C.acked + C.retried + C.redelivered + C.evicted + C.bucket_level
     + C.bucket_split + C.bucket_records
   if sum ~= sum then
-    for _, n in ipairs(CN) do
+    for _, n in ipairs(COUNTER_NAMES) do
       if C[n] ~= C[n] then
         fail('CORRUPT', KEY_COUNTERS .. ': counter ' .. n .. ' is not a number')
       end
@@ -43,15 +45,15 @@ local function load_counters()
 end
 -- C's metatable: a counter read before they are loaded loads them (every write to one
 -- follows a read of it, or an explicit load_counters).
-local CMETA = {__index = function(t, k)
-  if Cloaded then return nil end
+local COUNTERS_META = {__index = function(t, k)
+  if counters_loaded then return nil end
   load_counters()
   return rawget(t, k)
 end}
 -- Written only when they changed (C._raw: as read).
 local function flush_counters()
-  if not Cloaded then return end
-  local raw = spack(CFMT, C.seq, C.queued, C.delayed, C.in_flight, C.tick, C.next_group,
+  if not counters_loaded then return end
+  local raw = spack(COUNTERS_FORMAT, C.seq, C.queued, C.delayed, C.in_flight, C.tick, C.next_group,
     C.groups, C.rng_hi, C.rng_lo, C.clock, C.max_depth, C.overrides, C.enqueued, C.dequeued,
     C.leased, C.acked, C.retried, C.redelivered, C.evicted, C.bucket_level, C.bucket_split,
     C.bucket_records)

@@ -2,37 +2,40 @@
 -- shipped by crates/store-redis/src/params.rs. Mirrors ScopeParams::resolve in
 -- crates/throttle-core/src/scope.rs and crates/throttle-core/src/config/.
 --
-local S        -- this crawl's decoded settings
-local SRAW     -- the part of them the script reads, as text
-local SDIGEST  -- the SHA1 of everything init stored (the key of what is cached across calls)
+local SETTINGS         -- this crawl's decoded settings
+local SETTINGS_TEXT    -- the part of them the script reads, as text
+-- The SHA1 of everything init stored (the key of what is cached across calls).
+local SETTINGS_DIGEST
 local SETTINGS_CACHE = {}  -- digest -> {s = settings, kinds = {ptr -> params}, named = {}}
-local SETTINGS_ENTRY       -- SETTINGS_CACHE[SDIGEST or SRAW]: this crawl's entry
+local SETTINGS_ENTRY   -- SETTINGS_CACHE[SETTINGS_DIGEST or SETTINGS_TEXT]: this crawl's entry
 local EPOCH_S
 local LAYOUT_SEEN
 -- Reads the crawl's layout, settings and epoch in one command (every timed call).
 local function load_cfg()
   local v = call('HMGET', KEY_CONFIG, 'layout', 'epoch_s', 'digest')
-  LAYOUT_SEEN, EPOCH_S, SDIGEST = v[1], v[2], v[3]
+  LAYOUT_SEEN, EPOCH_S, SETTINGS_DIGEST = v[1], v[2], v[3]
   -- The settings' text only when they are not decoded yet (by digest).
-  if not SDIGEST or not SETTINGS_CACHE[SDIGEST] then SRAW = call('HGET', KEY_CONFIG, 'lua') end
+  if not SETTINGS_DIGEST or not SETTINGS_CACHE[SETTINGS_DIGEST] then
+    SETTINGS_TEXT = call('HGET', KEY_CONFIG, 'lua')
+  end
 end
 local function settings()
-  if not S then
+  if not SETTINGS then
     if not LAYOUT_SEEN then load_cfg() end
-    local ck = SDIGEST or SRAW
+    local ck = SETTINGS_DIGEST or SETTINGS_TEXT
     SETTINGS_ENTRY = ck and SETTINGS_CACHE[ck]
     if not SETTINGS_ENTRY then
-      if not SRAW then SRAW = call('HGET', KEY_CONFIG, 'lua') end
-      if not SRAW then fail('CONFIG', 'the crawl is not initialised (no settings)') end
-      ck = SDIGEST or SRAW
-      local ok, t = pcall(cjson.decode, SRAW)
+      if not SETTINGS_TEXT then SETTINGS_TEXT = call('HGET', KEY_CONFIG, 'lua') end
+      if not SETTINGS_TEXT then fail('CONFIG', 'the crawl is not initialised (no settings)') end
+      ck = SETTINGS_DIGEST or SETTINGS_TEXT
+      local ok, t = pcall(cjson.decode, SETTINGS_TEXT)
       if not ok then fail('CORRUPT', KEY_CONFIG .. '[settings]: not JSON') end
       SETTINGS_ENTRY = {s = t, kinds = {}, named = {}, bypk = {}}
       SETTINGS_CACHE[ck] = SETTINGS_ENTRY
     end
-    S = SETTINGS_ENTRY.s
+    SETTINGS = SETTINGS_ENTRY.s
   end
-  return S
+  return SETTINGS
 end
 
 local PARAMS = {}          -- scope name -> params, this call
@@ -64,7 +67,7 @@ local function kind_params(ptr)
   settings()
   local t = SETTINGS_ENTRY.kinds[ptr]
   if not t then
-    local raw = call('HGET', P .. 'np', ptr)
+    local raw = call('HGET', PREFIX .. 'np', ptr)
     if not raw then fail('CORRUPT', 'no parameters for scope kind ' .. ptr) end
     t = decode_params(raw, ptr)
     SETTINGS_ENTRY.kinds[ptr] = t
@@ -90,7 +93,7 @@ local function params_of(name, kind)
     settings()
     p = SETTINGS_ENTRY.named[name]
     if not p then
-      local raw = call('HGET', P .. 'np', name)
+      local raw = call('HGET', PREFIX .. 'np', name)
       if not raw and kind then raw = '\0' .. kind end
       if not raw then fail('CORRUPT', 'scope ' .. name .. ' has no parameters') end
       if sbyte(raw, 1) == 0 then

@@ -9,7 +9,7 @@
 -- only during a call: the stored record (encode_state, 06_throttler.lua) is positional.
 -- last_sent, ramp_start, quota_start and robots_floor are nil when unset (Rust: None).
 local KEY_STATES   -- "t": scope states by name
-local Tcache = {}     -- name -> state, written back by flush_scopes
+local STATES = {}   -- name -> state, this call; written back by flush_scopes
 local function blank_state(p, now)
   return {base_delay = p.delay, delay = p.delay, concurrency = p.concurrency, active = 0,
           level = 0, next_allowed = 0, hard_until = 0, backoff_anchor = now,

@@ -77,13 +77,13 @@ end
 -- The state of `name`, created if needed, brought up to `now`, marked used.
 -- Returns state, params.
 local function find_scope(name)
-  local st = Tcache[name]
+  local st = STATES[name]
   if st then return st end
   local raw = call('HGET', KEY_STATES, name)
   if not raw then return nil end
   st = decode_state(name, raw)
   st._raw = raw   -- as stored: written back only when it changed
-  Tcache[name] = st
+  STATES[name] = st
   return st
 end
 local function resolve_scope(name, now)
@@ -99,14 +99,14 @@ local function resolve_scope(name, now)
       if ov.concurrency then st.concurrency = ov.concurrency end
       if ov.robots_floor then st.robots_floor = ov.robots_floor end
     end
-    Tcache[name] = st
+    STATES[name] = st
   end
   st.last_used = now
   return st, p
 end
 local function flush_scopes()
   local args = {}
-  for name, st in pairs(Tcache) do
+  for name, st in pairs(STATES) do
     local raw = encode_state(st)
     if raw ~= st._raw then
       args[#args + 1] = name
@@ -127,7 +127,7 @@ local function gate_all(uses, now)
   if C.in_flight >= settings().concurrent_requests then return 'blocked' end
   local untl, full = nil, false
   for _, u in ipairs(uses) do
-    local st = Tcache[u[1]]
+    local st = STATES[u[1]]
     local g = gate(st, params_of(u[1]), u[2], now)
     if g == 'full' then full = true
     elseif g ~= 'open' then untl = untl and math.max(untl, g) or g end
@@ -162,7 +162,7 @@ local function try_acquire(uses, dont_throttle, now)
     local name = uses[1][1]
     local a = norm_amount(uses[1][2])
     local st, p = resolve_scope(name, now)
-    if C.in_flight >= (S or settings()).concurrent_requests then return nil, 'blocked' end
+    if C.in_flight >= (SETTINGS or settings()).concurrent_requests then return nil, 'blocked' end
     local g = gate(st, p, a, now)
     if g == 'full' then return nil, 'blocked' end
     if g ~= 'open' then return nil, g end
@@ -174,7 +174,7 @@ local function try_acquire(uses, dont_throttle, now)
   local why = gate_all(list, now)
   if why then return nil, why end
   for _, x in ipairs(list) do
-    record_send(Tcache[x[1]], params_of(x[1]), x[2], now)
+    record_send(STATES[x[1]], params_of(x[1]), x[2], now)
   end
   C.in_flight = C.in_flight + 1
   return true, true

@@ -272,7 +272,7 @@ function lib.pflush(T)
       args[#args + 1] = m
     end
   end
-  local KX = P .. 'x'
+  local KX = PREFIX .. 'x'
   call('DEL', KX)
   call_many('ZADD', KX, args, 4000)
   local sorted = call('ZRANGE', KX, '0', '-1')

@@ -40,7 +40,7 @@ local function bucket_of_hash(h)
   local k = BUCKET_KEY[b]
   if not k then
     -- (string.format's %d: Lua's own number to string conversion is a %.14g printf.)
-    k = string.format('%sN:%d', P, b)
+    k = string.format('%sN:%d', PREFIX, b)
     BUCKET_KEY[b] = k
   end
   return k
@@ -73,9 +73,9 @@ end
 -- in a call, seen and uses. Scope part: refs (its users), shared, timer, owner (a group
 -- key). The names live only during a call: the stored record is positional
 -- (encode_record).
-local GST = {[0] = 'I', 'C', 'P', I = 0, C = 1, P = 2}
+local GROUP_STATE = {[0] = 'I', 'C', 'P', I = 0, C = 1, P = 2}
 -- The group part's fixed fields by short forms (parts / 8): number, queued, state, flags.
-local RFMT = {[0] = '>I4I4BB', '>I4BBB', '>I3I4BB', '>I3BBB'}
+local RECORD_FORMAT = {[0] = '>I4I4BB', '>I4BBB', '>I3I4BB', '>I3BBB'}
 local function tier_len(t)
   local b = sbyte(t, 1)
   if b == 0 or b == 255 then return 10 end
@@ -84,12 +84,12 @@ end
 local function bad_record(name)
   fail('CORRUPT', bucket_of_name(name) .. '[' .. name .. ']: undecodable record')
 end
--- RFMT.len: the lengths of its formats (a field is decoded only when the record holds all
--- its bytes, so struct.unpack cannot fail); RFMT.out: rencode's pieces, one table for
--- every call (only its first `n` entries are used). In RFMT: the main chunk is at Lua's
--- 200 locals.
-RFMT.len = {[0] = 10, 7, 9, 6}
-RFMT.out = {}
+-- RECORD_FORMAT.len: the lengths of its formats (a field is decoded only when the record
+-- holds all its bytes, so struct.unpack cannot fail); RECORD_FORMAT.out: encode_record's
+-- pieces, one table for every call (only its first `n` entries are used). In
+-- RECORD_FORMAT: the main chunk is at Lua's 200 locals.
+RECORD_FORMAT.len = {[0] = 10, 7, 9, 6}
+RECORD_FORMAT.out = {}
 local function decode_record(name, raw)
   local parts = sbyte(raw, 1)
   if not parts or parts > 31 then bad_record(name) end
@@ -98,10 +98,10 @@ local function decode_record(name, raw)
   local g, s
   if parts % 2 == 1 then
     local short = floor(parts / 8)
-    if len < RFMT.len[short] + 1 then bad_record(name) end
+    if len < RECORD_FORMAT.len[short] + 1 then bad_record(name) end
     local gid, n, st, gf
-    gid, n, st, gf, pos = sunpack(RFMT[short], raw, pos)
-    st = GST[st]
+    gid, n, st, gf, pos = sunpack(RECORD_FORMAT[short], raw, pos)
+    st = GROUP_STATE[st]
     if not st then bad_record(name) end
     local dl, a, ls, ld = 0, 0, 0, 0
     if gf % 128 >= 64 then
@@ -170,12 +170,13 @@ local function decode_record(name, raw)
   if pos ~= len + 1 then bad_record(name) end
   return {stored = true, g = g, s = s}
 end
--- The record's fields go into RFMT.out in order and out in one struct.pack, whose format
--- follows from the parts byte and the two flag bytes alone (RFMT.enc, by those three).
-function RFMT.fmt(parts, gf, sf)
+-- The record's fields go into RECORD_FORMAT.out in order and out in one struct.pack,
+-- whose format follows from the parts byte and the two flag bytes alone
+-- (RECORD_FORMAT.enc, by those three).
+function RECORD_FORMAT.fmt(parts, gf, sf)
   local f = {'>B'}
   if parts % 2 == 1 then
-    f[#f + 1] = ssub(RFMT[floor(parts / 8)], 2)
+    f[#f + 1] = ssub(RECORD_FORMAT[floor(parts / 8)], 2)
     if gf % 128 >= 64 then f[#f + 1] = 'I4I4' end
     if gf >= 128 then f[#f + 1] = 'I5' end
     if gf % 32 >= 16 then f[#f + 1] = 'd' end
@@ -192,11 +193,11 @@ function RFMT.fmt(parts, gf, sf)
   end
   return table.concat(f)
 end
-RFMT.enc = {}
+RECORD_FORMAT.enc = {}
 local function encode_record(name, r)
   local g, s = r.g, r.s
   local parts = (g and 1 or 0) + (s and 2 or 0)
-  local out, n = RFMT.out, 1
+  local out, n = RECORD_FORMAT.out, 1
   local gf, sf = 0, 0
   if g then
     local short = (g.param_keys == '1' and 4 or 0) + (g.queued < 256 and 8 or 0)
@@ -206,7 +207,7 @@ local function encode_record(name, r)
     gf = (g.shared and 1 or 0) + (g.own_queue and 2 or 0) + (g.woken_by and 4 or 0)
       + (g.tier and 8 or 0) + (g.load ~= 0 and 16 or 0) + (g.parked_scope and 32 or 0)
       + (counts and 64 or 0) + (g.last_served ~= 0 and 128 or 0)
-    out[2], out[3], out[4], out[5] = g.gid, g.queued, GST[g.state], gf
+    out[2], out[3], out[4], out[5] = g.gid, g.queued, GROUP_STATE[g.state], gf
     n = 5
     if counts then out[n + 1], out[n + 2] = g.delayed, g.active; n = n + 2 end
     if g.last_served ~= 0 then n = n + 1; out[n] = g.last_served end
@@ -227,10 +228,10 @@ local function encode_record(name, r)
   end
   out[1] = parts
   local key = parts + 32 * gf + 8192 * sf
-  local f = RFMT.enc[key]
+  local f = RECORD_FORMAT.enc[key]
   if not f then
-    f = RFMT.fmt(parts, gf, sf)
-    RFMT.enc[key] = f
+    f = RECORD_FORMAT.fmt(parts, gf, sf)
+    RECORD_FORMAT.enc[key] = f
   end
   return spack(f, unpack(out, 1, n))
 end
@@ -292,7 +293,7 @@ local function split_buckets()
   while C.bucket_records > 48 * (2 ^ C.bucket_level + C.bucket_split) do
     local L, sp = C.bucket_level, C.bucket_split
     local m = 2 ^ L
-    local src, dst = P .. 'N:' .. sp, P .. 'N:' .. (sp + m)
+    local src, dst = PREFIX .. 'N:' .. sp, PREFIX .. 'N:' .. (sp + m)
     local all = call('HGETALL', src)
     local move, gone = {}, {}
     for i = 1, #all, 2 do

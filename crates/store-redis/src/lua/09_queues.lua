@@ -170,9 +170,9 @@ local function queue_location(g)
   local k = g.qk
   if not k then
     if g.own_queue then
-      k = string.format('%sq:%d', P, g.gid)
+      k = string.format('%sq:%d', PREFIX, g.gid)
     else
-      k = string.format('%sQ:%d', P, floor(g.gid / 16))
+      k = string.format('%sQ:%d', PREFIX, floor(g.gid / 16))
     end
     g.qk = k
   end
@@ -194,7 +194,7 @@ local function queue_add(g, member)
     if #mine > 0 then
       call('ZREMRANGEBYSCORE', k, slot, slot)
       CARD[k] = lib.card(k) - #mine
-      lib.zadd_all(P .. 'q:' .. g.gid, mine)
+      lib.zadd_all(PREFIX .. 'q:' .. g.gid, mine)
     end
     g.own_queue = true
     g.qk = nil
@@ -265,7 +265,7 @@ local function listing(key, g)
   local len = IFMT.len(ls)
   return spack(IFMT.list[len], g.tier, len, ls, g.gid, key)
 end
-local function parked_key(name) return P .. 'k:' .. name end
+local function parked_key(name) return PREFIX .. 'k:' .. name end
 
 -- `g`: group_of(key), when the caller has it.
 local function unlist(key, g)

@@ -18,7 +18,7 @@ local function group_for(key, kinds, pks)
     elseif kinds and #kinds >= i then
       pk[i] = ssub(kinds, i, i)
     else
-      local v = call('HGET', P .. 'np', u[1])
+      local v = call('HGET', PREFIX .. 'np', u[1])
       if not v then fail('CORRUPT', 'scope ' .. u[1] .. ' has no parameters') end
       if sbyte(v, 1) == 0 then pk[i] = ssub(v, 2, 2) else pk[i] = 'N' end
     end
@@ -26,7 +26,7 @@ local function group_for(key, kinds, pks)
   end
   local gid
   if not this_call.gfree0 then
-    gid = tonumber(call('RPOP', P .. 'gfree') or '')
+    gid = tonumber(call('RPOP', PREFIX .. 'gfree') or '')
     this_call.gfree0 = not gid
   end
   if not gid then
@@ -242,10 +242,10 @@ local function collect(key)
   group_of(key)
   unlist(key)
   if g.own_queue then
-    lib.qflush(P .. 'q:' .. g.gid)
-    call('DEL', P .. 'q:' .. g.gid)
+    lib.qflush(PREFIX .. 'q:' .. g.gid)
+    call('DEL', PREFIX .. 'q:' .. g.gid)
   end
-  call('RPUSH', P .. 'gfree', g.gid)
+  call('RPUSH', PREFIX .. 'gfree', g.gid)
   this_call.gfree0 = nil
   r.g = nil
   mark_record(key)
@@ -263,7 +263,7 @@ local function collect(key)
         if this_call.tirem and this_call.tirem[name] then this_call.tirem[name] = false end
         call('ZADD', KEY_IDLE, st.last_used, name)
         local d = ssub(g.param_keys, i, i)
-        if d ~= 'N' and d ~= '' then call('HSETNX', P .. 'np', name, '\0' .. d) end
+        if d ~= 'N' and d ~= '' then call('HSETNX', PREFIX .. 'np', name, '\0' .. d) end
       end
       if s.shared then lib.del(parked_key(name)) end
       record(name).s = nil
@@ -308,9 +308,9 @@ local function evict_idle(now, budget)
       if st.active == 0 and st.level == 0 and st.next_allowed <= now and st.hard_until <= now
           and st.consumed == 0 then
         call('HDEL', KEY_STATES, name)
-        Tcache[name] = nil
-        local v = call('HGET', P .. 'np', name)
-        if v and sbyte(v, '1') == 0 then call('HDEL', P .. 'np', name) end
+        STATES[name] = nil
+        local v = call('HGET', PREFIX .. 'np', name)
+        if v and sbyte(v, '1') == 0 then call('HDEL', PREFIX .. 'np', name) end
         call('ZREM', KEY_IDLE, name)
         C.evicted = C.evicted + 1
       else
@@ -346,7 +346,7 @@ local function sched_poll(now, reserve, again)
   if not again then handle_events(now) end
   while C.queued > 0 do
     local key
-    if C.in_flight >= (S or settings()).concurrent_requests then
+    if C.in_flight >= (SETTINGS or settings()).concurrent_requests then
       key = unthrottled_candidate()
       if not key then return 'blocked' end
     else

@@ -127,20 +127,20 @@ OPS.init = function(args)
     C.rng_hi = tonumber(args[3])
     C.rng_lo = tonumber(args[4])
     flush_counters()
-    for i = 5, #args, 2 do call('HSET', P .. 'np', args[i], args[i + 1]) end
+    for i = 5, #args, 2 do call('HSET', PREFIX .. 'np', args[i], args[i + 1]) end
   end
   return call('HGET', KEY_CONFIG, 'settings')
 end
 
 -- callback NAME: the crawl-wide number of a callback name (numbers are dense from 0).
 OPS.callback = function(args)
-  local id = call('HGET', P .. 'cbn', args[1])
+  local id = call('HGET', PREFIX .. 'cbn', args[1])
   if id then return tonumber(id) end
-  id = call('HLEN', P .. 'cbi')
-  call('HSET', P .. 'cbn', args[1], id)
-  call('HSET', P .. 'cbi', id, args[1])
+  id = call('HLEN', PREFIX .. 'cbi')
+  call('HSET', PREFIX .. 'cbn', args[1], id)
+  call('HSET', PREFIX .. 'cbi', id, args[1])
   return id
 end
 
-OPS.callback_name = function(args) return call('HGET', P .. 'cbi', args[1]) end
+OPS.callback_name = function(args) return call('HGET', PREFIX .. 'cbi', args[1]) end
 

@@ -36,7 +36,7 @@ local function dedup_check(fps, n)
     local seen, add = {}, {}
     for i = 1, #ex, 4000 do
       local j = math.min(i + 3999, #ex)
-      local res = call('SMISMEMBER', P .. 'df', unpack(ex, i, j))
+      local res = call('SMISMEMBER', PREFIX .. 'df', unpack(ex, i, j))
       for x = i, j do
         local fp = ex[x]
         if res[x - i + 1] == 1 or seen[fp] then
@@ -65,7 +65,7 @@ local function dedup_check(fps, n)
     local order, byk = lib.bf_strings(ps)
     for _, k in ipairs(order) do
       local t = byk[k]
-      local key = P .. 'bf:' .. k
+      local key = PREFIX .. 'bf:' .. k
       for i = 1, #t, 1000 do
         local j = math.min(i + 999, #t)
         local a = {}
@@ -108,7 +108,7 @@ local function dedup_check(fps, n)
 end
 local function dedup_mark()
   local add = this_call.dfadd
-  if add then call_many('SADD', P .. 'df', add, 4000) end
+  if add then call_many('SADD', PREFIX .. 'df', add, 4000) end
   local set = this_call.bfset
   if set then
     local order, byk = lib.bf_strings(set)
@@ -120,7 +120,7 @@ local function dedup_mark()
         a[#a + 1] = p % 1073741824
         a[#a + 1] = '1'
       end
-      call_many('BITFIELD', P .. 'bf:' .. k, a, 4000)
+      call_many('BITFIELD', PREFIX .. 'bf:' .. k, a, 4000)
     end
   end
   this_call.dfadd, this_call.bfset = nil, nil

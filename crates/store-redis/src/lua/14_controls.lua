@@ -9,7 +9,7 @@ end
 
 -- Remembers the kind of a scope named by the caller (its default parameters).
 local function reg(name, kind)
-  if kind ~= '' then call('HSETNX', P .. 'np', name, '\0' .. kind) end
+  if kind ~= '' then call('HSETNX', PREFIX .. 'np', name, '\0' .. kind) end
 end
 
 local function ov_update(name, f)
@@ -136,7 +136,7 @@ OPS.info = function(args)
   local st = call('HGETALL', KEY_STATS)
   local out = {C.queued, C.delayed, call('HLEN', KEY_LEASES), C.in_flight,
                C.groups, C.enqueued, C.dequeued, C.leased, C.acked,
-               C.retried, C.redelivered, C.max_depth, call('HLEN', P .. 'pm')}
+               C.retried, C.redelivered, C.max_depth, call('HLEN', PREFIX .. 'pm')}
   for i = 1, #st do out[#out + 1] = st[i] end
   return out
 end

@@ -27,7 +27,7 @@ end
 
 -- Ends permit `id` with `outcome` (frees its slots, feeds backoff): false if unknown.
 function lib.pm_end(id, outcome, now)
-  local KPM = P .. 'pm'
+  local KPM = PREFIX .. 'pm'
   local raw = call('HGET', KPM, id)
   call('ZREM', KEY_EXPIRIES, 'p' .. id)
   if not raw then return false end
@@ -78,7 +78,7 @@ OPS.permit_acquire = function(args)
     local id = call('HINCRBY', KEY_STATS, 'permits', 1)
     local k = {}
     for i = 1, #names do k[i] = kinds[i] end
-    call('HSET', P .. 'pm', id, cmsgpack.pack({s = names, k = k}))
+    call('HSET', PREFIX .. 'pm', id, cmsgpack.pack({s = names, k = k}))
     call('ZADD', KEY_EXPIRIES, NOW + tonumber(args[1]), 'p' .. id)
     out = {'ok', id, num(NOW)}
   elseif why == 'blocked' then

@@ -7,12 +7,13 @@
 local KEYS_BY_PREFIX = {}  -- prefix -> its key names (the same for every call on the crawl)
 local function reset(prefix)
   bind()
-  P = prefix
-  local k = KEYS_BY_PREFIX[P]
+  PREFIX = prefix
+  local k = KEYS_BY_PREFIX[PREFIX]
   if not k then
-    k = {P .. 'c', P .. 'cfg', P .. 't', P .. 'ov', P .. 'C', P .. 'E', P .. 'ti', P .. 'dr',
-         P .. 'L', P .. 'lx', P .. 'st'}
-    KEYS_BY_PREFIX[P] = k
+    k = {PREFIX .. 'c', PREFIX .. 'cfg', PREFIX .. 't', PREFIX .. 'ov', PREFIX .. 'C',
+         PREFIX .. 'E', PREFIX .. 'ti', PREFIX .. 'dr',
+         PREFIX .. 'L', PREFIX .. 'lx', PREFIX .. 'st'}
+    KEYS_BY_PREFIX[PREFIX] = k
   end
   KEY_COUNTERS, KEY_CONFIG, KEY_STATES, KEY_OVERRIDES, KEY_CANDIDATES, KEY_EVENTS, KEY_IDLE,
     KEY_DELAYED, KEY_LEASES, KEY_EXPIRIES, KEY_STATS = unpack(k)
@@ -26,15 +27,16 @@ local function reset(prefix)
   -- C's values are read again before any use (its metatable loads them). The metatable
   -- goes on here, on the first call: a function library's load runs without
   -- setmetatable.
-  if getmetatable(C) ~= CMETA then setmetatable(C, CMETA) end
-  if Cloaded then
-    for i = 1, #CN do C[CN[i]] = nil end
-    Cloaded = false
+  if getmetatable(C) ~= COUNTERS_META then setmetatable(C, COUNTERS_META) end
+  if counters_loaded then
+    for i = 1, #COUNTER_NAMES do C[COUNTER_NAMES[i]] = nil end
+    counters_loaded = false
   end
-  S, SRAW, SDIGEST, SETTINGS_ENTRY, EPOCH_S, LAYOUT_SEEN = nil, nil, nil, nil, nil, nil
+  SETTINGS, SETTINGS_TEXT, SETTINGS_DIGEST, SETTINGS_ENTRY, EPOCH_S, LAYOUT_SEEN =
+    nil, nil, nil, nil, nil, nil
   PARAMS, PARAM_KEY = fresh(PARAMS), fresh(PARAM_KEY)
   NOW = nil
-  Tcache = fresh(Tcache)
+  STATES = fresh(STATES)
   BUCKET_OF, rec_cache, rec_dirty, USES, BUCKET_KEY =
     fresh(BUCKET_OF), fresh(rec_cache), fresh(rec_dirty), fresh(USES), fresh(BUCKET_KEY)
 end
@@ -52,7 +54,7 @@ local function main(keys, argv)
   if not bare[argv[1]] then
     load_cfg()
     local layout = LAYOUT_SEEN
-    if not layout then fail('CONFIG', 'the crawl ' .. P .. ' is not initialised') end
+    if not layout then fail('CONFIG', 'the crawl ' .. PREFIX .. ' is not initialised') end
     if tonumber(layout) ~= LAYOUT then
       fail('VERSION', 'crawl keys use layout ' .. layout .. ', this client reads and writes '
         .. LAYOUT .. ' (drain the crawl with the version that wrote it, or destroy it)')
