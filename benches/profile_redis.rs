@@ -16,7 +16,8 @@
 //!
 //! `PROFILE_LUA=path/to/frontier.lua` replaces the server's copy of the script with that
 //! file's after each `open` (same function name): a changed script measured without a
-//! rebuild, as long as it reads and writes the same layout as the built one.
+//! rebuild, as long as it reads and writes the same layout as the built one. The script
+//! is its modules in order: `cat crates/store-redis/src/lua/*.lua > /tmp/frontier.lua`.
 #![allow(clippy::print_stdout)]
 use polite_frontier_core::{DupeFilterConfig, Poll};
 use polite_store_redis::{RedisConfig, RedisFrontier};

@@ -16,7 +16,28 @@ use super::reply::store_err;
 /// The server-side code: loaded once per server as a function library (`FCALL`) or a
 /// script (`EVALSHA`), and loaded again when the server has lost it (`NOSCRIPT`, or
 /// "Function not found" after a restart, a failover or a flush).
-pub(super) const SCRIPT: &str = include_str!("../frontier.lua");
+///
+/// One script, built from the modules in `src/lua/` in the order of their file names
+/// (`cat src/lua/*.lua` gives the same text): each mirrors a module of throttle-core or
+/// frontier-core, and each sees the locals of the ones before it (they are one chunk).
+pub(super) const SCRIPT: &str = concat!(
+    include_str!("../lua/01_prelude.lua"),
+    include_str!("../lua/02_counters.lua"),
+    include_str!("../lua/03_settings.lua"),
+    include_str!("../lua/04_time.lua"),
+    include_str!("../lua/05_scope.lua"),
+    include_str!("../lua/06_throttler.lua"),
+    include_str!("../lua/07_ordered_sets.lua"),
+    include_str!("../lua/08_records.lua"),
+    include_str!("../lua/09_queues.lua"),
+    include_str!("../lua/10_scheduler.lua"),
+    include_str!("../lua/11_leases.lua"),
+    include_str!("../lua/12_dupefilter.lua"),
+    include_str!("../lua/13_operations.lua"),
+    include_str!("../lua/14_controls.lua"),
+    include_str!("../lua/15_permits.lua"),
+    include_str!("../lua/16_entry.lua"),
+);
 
 /// The code in both forms, named after its SHA1 so that versions never mix.
 #[derive(Clone)]
@@ -205,5 +226,47 @@ impl RedisFrontier {
     pub fn debug_call(&mut self, op: &'static str, args: &[String]) -> Result<Value> {
         let args: Vec<Vec<u8>> = args.iter().map(|a| a.clone().into_bytes()).collect();
         self.call(op, false, &args)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SCRIPT;
+
+    /// The script is every module of `src/lua/`, in file-name order, and no module is
+    /// long.
+    #[test]
+    fn the_script_is_every_lua_module_in_order() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/lua");
+        let mut names: Vec<_> = std::fs::read_dir(&dir)
+            .expect("src/lua")
+            .map(|e| e.expect("entry").path())
+            .filter(|p| p.extension().is_some_and(|x| x == "lua"))
+            .collect();
+        names.sort();
+        let mut whole = String::new();
+        for p in &names {
+            let text = std::fs::read_to_string(p).expect("a module");
+            assert!(
+                text.ends_with('\n'),
+                "{} ends without a newline",
+                p.display()
+            );
+            assert!(
+                text.lines().count() <= 720,
+                "{} is over ~700 lines",
+                p.display()
+            );
+            assert!(
+                text.starts_with("-- lua/"),
+                "{} starts without its header",
+                p.display()
+            );
+            whole.push_str(&text);
+        }
+        assert_eq!(
+            whole, SCRIPT,
+            "SCRIPT must include every module of src/lua, in order"
+        );
     }
 }
