@@ -1,64 +1,7 @@
-//! Tracing events of each decision, and the held-back warning.
+//! Permit slots and the held-back monitor (the tracing events of each decision are
+//! checked in `tests/tracing_events.rs`, a process of their own).
 
 use super::*;
-
-#[test]
-fn decisions_are_traced() {
-    use std::sync::{Arc, Mutex};
-    #[derive(Clone, Default)]
-    struct Buf(Arc<Mutex<Vec<u8>>>);
-    impl std::io::Write for Buf {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0.lock().unwrap().extend_from_slice(b);
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let buf = Buf::default();
-    let writer = buf.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::DEBUG)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    tracing::subscriber::with_default(subscriber, || {
-        let mut s = rampup_settings();
-        s.throttling_scope_limit = 1;
-        s.delayed_requests_warn_threshold = 1;
-        let mut t = new(s);
-        let p = admit(&mut t, "a.com", 0.0);
-        finish(&mut t, p, 429, 0.0);
-        let p = admit(&mut t, "a.com", 5.0);
-        t.release(
-            p,
-            &Outcome::response(503, [("Retry-After", "9")], None),
-            at(5.0),
-        );
-        stats(&mut t, "a.com", 200.0);
-        touch(&mut t, "api", 200.0);
-        stats(&mut t, "api", 400.0);
-        t.handle_crawl_delay("c.com", 2.0, at(400.0)).unwrap();
-        t.handle_crawl_delay("api", 2.0, at(400.0)).unwrap();
-        let _busy = admit(&mut t, "one", 400.0);
-        waiter(&mut t, &["one"], 400.0);
-    });
-    let log = String::from_utf8(buf.0.lock().unwrap().clone()).unwrap();
-    for needle in [
-        "backoff step",
-        "backoff: header delay honoured",
-        "backoff recovery step",
-        "rampup: delay lowered",
-        "rampup: concurrency raised",
-        "crawl-delay applied",
-        "more aggressive than its robots.txt",
-        "scope state evicted",
-        "delayed_requests_warn_threshold",
-    ] {
-        assert!(log.contains(needle), "missing {needle:?} in:\n{log}");
-    }
-}
 
 /// Permits hold their scopes inline up to two and in a vector beyond; a permit slot is
 /// reused across both shapes and releases exactly the scopes its permit took.
