@@ -405,6 +405,47 @@ mod tests {
     }
 
     #[test]
+    fn batch_defaults_loop_over_the_single_calls() {
+        let mut f = Frontier::in_memory(settings(), Timestamp::ZERO).unwrap();
+        let reqs = [
+            Request::get("https://a.com/1"),
+            Request::get("https://a.com/2"),
+            Request::get("https://b.com/1"),
+        ];
+        Scheduling::push_all(&mut f, &reqs, Timestamp::ZERO).unwrap();
+        assert!(!<Frontier<VolatileStore> as Scheduling>::BATCHES);
+        // What single polls would give: a.com's second waits its delay.
+        let batch = Scheduling::poll_batch(&mut f, Timestamp::ZERO, 8).unwrap();
+        assert_eq!(batch.leases.len(), 2);
+        assert_eq!(batch.then, Poll::NotUntil(Timestamp::from_secs(2)));
+        let leases: Vec<Lease> = batch.leases.into_iter().map(|l| l.ok().unwrap()).collect();
+        // Handing one back queues it again; its send stays recorded (a.com waits 2 s).
+        assert!(Scheduling::hand_back(&mut f, leases[0].id(), Timestamp::ZERO).unwrap());
+        assert_eq!(Scheduling::in_flight(&f), 1);
+        assert_eq!(f.len(), 2);
+        let done = Scheduling::complete_batch(
+            &mut f,
+            &[
+                (leases[1].id(), Outcome::status(200), Timestamp::ZERO),
+                (leases[0].id(), Outcome::status(200), Timestamp::ZERO),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            done,
+            [true, false],
+            "the handed-back lease is no longer out"
+        );
+        assert_eq!(
+            Scheduling::poll(&mut f, Timestamp::ZERO).unwrap(),
+            Poll::NotUntil(Timestamp::from_secs(2))
+        );
+        // At most `max`: the answer after is "look again".
+        let batch = Scheduling::poll_batch(&mut f, Timestamp::from_secs(2), 1).unwrap();
+        assert_eq!((batch.leases.len(), batch.then), (1, Poll::Blocked));
+    }
+
+    #[test]
     fn controls_through_the_trait() {
         let mut f: Frontier<VolatileStore> =
             Frontier::in_memory(settings(), Timestamp::ZERO).unwrap();
