@@ -119,3 +119,134 @@ mod virtual_time;
 
 drive_suite!(polite_runtime_tokio, crate::virtual_time::tokio);
 drive_suite!(polite_runtime_async_std, crate::virtual_time::async_std);
+
+/// The batched driver over a `RedisFrontier` (see `polite_runtime_common::Batching`): what
+/// happens to the leases taken for a task that left, and to the completions gathering when
+/// the driver closes.
+mod batching {
+    use std::time::{Duration, Instant};
+
+    use futures_lite::future::poll_once;
+    use polite_frontier_core::Request;
+    use polite_runtime_tokio::{Batching, Clock, DriverFor};
+    use polite_store_redis::{RedisConfig, RedisFrontier};
+    use polite_throttle_core::{Outcome, ScopeConfig, Settings};
+
+    fn spaced() -> Settings {
+        let one = ScopeConfig::new().delay(1.0).concurrency(1);
+        Settings::default()
+            .without_jitter()
+            .with_scope("a.com", one.clone())
+            .with_scope("b.com", one.clone())
+            .with_scope("c.com", one)
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_lease_taken_for_a_task_that_left_goes_back_at_once_and_keeps_its_send() {
+        let Some(server) = crate::server() else {
+            return;
+        };
+        let crawl = crate::crawl_name("hand-back");
+        let f =
+            RedisFrontier::open(&server.url(), &crawl, spaced(), RedisConfig::default()).unwrap();
+        let driver = DriverFor::new(f, Clock::wall());
+        driver.push(Request::get("https://a.com/0")).await.unwrap();
+        // Kept in flight: `next` waits instead of ending.
+        let _first = driver.next().await.unwrap().unwrap();
+
+        // A waits holding the turn; B waits behind it.
+        let a = tokio::spawn({
+            let d = driver.clone();
+            async move { d.next().await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut b = Box::pin({
+            let d = driver.clone();
+            async move { d.next().await }
+        });
+        assert!(poll_once(b.as_mut()).await.is_none(), "B waits behind A");
+
+        // Two requests at once: A's one poll takes a lease for itself and one for B.
+        driver
+            .push_all(vec![
+                Request::get("https://b.com/1"),
+                Request::get("https://c.com/1"),
+            ])
+            .await
+            .unwrap();
+        let got_a = a.await.unwrap().unwrap().unwrap();
+        let sent_at = Instant::now();
+        let mut info =
+            RedisFrontier::open(&server.url(), &crawl, spaced(), RedisConfig::default()).unwrap();
+        assert_eq!(
+            info.info().unwrap().in_flight,
+            3,
+            "B's lease is out, untaken"
+        );
+
+        // B leaves without taking it: handed back on the spot (its slot freed, its
+        // request queued again).
+        drop(b);
+        let now = info.info().unwrap();
+        assert_eq!(
+            now.in_flight, 2,
+            "the lease taken for B was handed back: {now:?}"
+        );
+        assert_eq!(now.queued, 1, "its request is queued again: {now:?}");
+
+        // It comes again, but only after its scope's delay from the send its poll
+        // recorded (kept: spacing never shortens).
+        let again = driver.next().await.unwrap().unwrap();
+        let waited = sent_at.elapsed();
+        assert_ne!(again.request.url, got_a.request.url);
+        assert!(
+            waited >= Duration::from_millis(800),
+            "the handed-back request waited its scope's delay again: {waited:?}"
+        );
+        info.destroy().unwrap();
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn completions_gathering_are_sent_when_the_driver_closes() {
+        let Some(server) = crate::server() else {
+            return;
+        };
+        let crawl = crate::crawl_name("close-flush");
+        let f =
+            RedisFrontier::open(&server.url(), &crawl, spaced(), RedisConfig::default()).unwrap();
+        // A completion waits up to a minute for company: only the close sends it.
+        let batching = Batching::default().with_completion_delay(Duration::from_secs(60));
+        let driver = DriverFor::with_batching(f, Clock::wall(), batching);
+        driver
+            .push_all(vec![
+                Request::get("https://a.com/1"),
+                Request::get("https://b.com/1"),
+            ])
+            .await
+            .unwrap();
+        let one = driver.next().await.unwrap().unwrap();
+        let _two = driver.next().await.unwrap().unwrap();
+
+        let mut done = Box::pin(driver.complete(one.id(), Outcome::status(200)));
+        assert!(
+            poll_once(done.as_mut()).await.is_none(),
+            "gathering: another lease is out and the delay is long"
+        );
+        let mut info =
+            RedisFrontier::open(&server.url(), &crawl, spaced(), RedisConfig::default()).unwrap();
+        assert_eq!(info.info().unwrap().in_flight, 2, "nothing sent yet");
+
+        driver.close().await.unwrap();
+        assert_eq!(
+            info.info().unwrap().in_flight,
+            1,
+            "the close sent the completion"
+        );
+        assert!(done.await.unwrap(), "its caller gets its answer");
+        assert!(matches!(
+            driver.complete(one.id(), Outcome::status(200)).await,
+            Err(polite_runtime_tokio::DriverError::Closed)
+        ));
+        info.destroy().unwrap();
+    }
+}

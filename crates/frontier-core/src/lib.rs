@@ -83,7 +83,7 @@ pub use fingerprint::*;
 pub use frontier::{Frontier, FrontierConfig, FrontierError, Lease, Poll, PushOutcome, RequestId};
 pub use group::{InvalidGroupKey, InvalidRequest, group_key, host_scope, parse_group_key};
 pub use request::{Extras, MAX_SCOPES, Method, Request, ScopeAmount};
-pub use scheduling::Scheduling;
+pub use scheduling::{PollBatch, Scheduling};
 pub use settings::{QueueOrder, SettingsFile, StartOrder};
 pub use stats::FrontierStats;
 pub use store::{

@@ -32,7 +32,7 @@ use alloc::vec::Vec;
 
 use polite_throttle_core::{CrawlDelayDecision, Outcome, QuotaReconcile, Timestamp};
 
-use crate::frontier::{Frontier, FrontierError, Poll, PushOutcome, RequestId};
+use crate::frontier::{Frontier, FrontierError, Lease, Poll, PushOutcome, RequestId};
 use crate::request::Request;
 use crate::store::Store;
 
@@ -50,6 +50,13 @@ pub trait Scheduling {
     type Closed;
     /// Whether calls may block on I/O: runtimes then run them off the executor.
     const BLOCKING: bool = true;
+    /// Whether [`poll_batch`](Scheduling::poll_batch) and
+    /// [`complete_batch`](Scheduling::complete_batch) cost less than the single calls
+    /// they stand for (one round trip to a shared store instead of many): the runtime
+    /// drivers then hand one batch of leases to several waiting tasks and send
+    /// completions in groups. `false` by default (the batch methods loop over the single
+    /// calls, and the drivers call those directly).
+    const BATCHES: bool = false;
 
     /// Queues a request unless it is a duplicate or too deep.
     fn push(
@@ -70,6 +77,34 @@ pub trait Scheduling {
     /// The next request that may be sent at `now`, leased; or why not and until when.
     fn poll(&mut self, now: Timestamp) -> Result<Poll, FrontierError<Self::StoreError>>;
 
+    /// Up to `max` leases (at least one is asked for): what `max` [`poll`](Scheduling::poll)s
+    /// at `now`, one after the other, would hand out, and the answer of the poll that
+    /// ended the batch. The default loops over `poll`; a shared frontier takes them in
+    /// one round trip.
+    fn poll_batch(
+        &mut self,
+        now: Timestamp,
+        max: usize,
+    ) -> Result<PollBatch<Self::StoreError>, FrontierError<Self::StoreError>> {
+        let mut leases = Vec::new();
+        while leases.len() < max.max(1) {
+            match self.poll(now) {
+                Ok(Poll::Ready(lease)) => leases.push(Ok(lease)),
+                Ok(then) => return Ok(PollBatch { leases, then }),
+                Err(e) if leases.is_empty() => return Err(e),
+                // The leases taken so far are out: hand them over with the error.
+                Err(e) => {
+                    leases.push(Err(e));
+                    break;
+                }
+            }
+        }
+        Ok(PollBatch {
+            leases,
+            then: Poll::Blocked,
+        })
+    }
+
     /// Acknowledges a lease with how it ended (feeding backoff). `false` if the lease is
     /// unknown or already ended.
     fn complete(
@@ -78,6 +113,33 @@ pub trait Scheduling {
         outcome: &Outcome<'_>,
         now: Timestamp,
     ) -> Result<bool, FrontierError<Self::StoreError>>;
+
+    /// [`complete`](Scheduling::complete)s many leases, each at its own time (when its
+    /// completion was made: a `Retry-After` counts from there); one `bool` per lease, in
+    /// order. The default loops over `complete` (an error stops it: the completions before
+    /// it are applied); a shared frontier sends them in one round trip.
+    fn complete_batch(
+        &mut self,
+        done: &[(RequestId, Outcome<'_>, Timestamp)],
+    ) -> Result<Vec<bool>, FrontierError<Self::StoreError>> {
+        done.iter()
+            .map(|(lease, outcome, now)| self.complete(*lease, outcome, *now))
+            .collect()
+    }
+
+    /// Hands back a lease that was never used (the task it was taken for went away): its
+    /// scope slots are freed and its request is queued again. The send its poll recorded
+    /// is kept (the scope's next request still waits its delay after it: spacing is
+    /// never shortened). `false` if the lease is unknown or already ended. The default
+    /// [`retry`](Scheduling::retry)s it as cancelled (no backoff) with its priority
+    /// unchanged.
+    fn hand_back(
+        &mut self,
+        lease: RequestId,
+        now: Timestamp,
+    ) -> Result<bool, FrontierError<Self::StoreError>> {
+        self.retry(lease, &Outcome::Cancelled, 0, now)
+    }
 
     /// Puts a lease back in the queue, its priority raised by `priority_adjust`, after its
     /// outcome fed backoff. `false` if the lease is unknown or already ended.
@@ -138,6 +200,19 @@ pub trait Scheduling {
     fn close(self) -> Result<Self::Closed, FrontierError<Self::StoreError>>
     where
         Self: Sized;
+}
+
+/// What [`Scheduling::poll_batch`] hands out.
+#[derive(Debug)]
+pub struct PollBatch<E> {
+    /// The leases, in the order single polls would have handed them out. A lease whose
+    /// request does not decode is its [`FrontierError::Corrupt`] in its place (the lease
+    /// stays out); an error after some leases ends the batch, in its place.
+    pub leases: Vec<Result<Lease, FrontierError<E>>>,
+    /// The answer of the poll after the last lease when fewer than `max` came
+    /// ([`Poll::NotUntil`], [`Poll::Blocked`] or [`Poll::Empty`]); [`Poll::Blocked`]
+    /// (look again) when `max` came.
+    pub then: Poll,
 }
 
 impl<S: Store> Scheduling for Frontier<S> {
@@ -327,6 +402,47 @@ mod tests {
             f.poll(Timestamp::from_secs(1)),
             Ok(Poll::Ready(_))
         ));
+    }
+
+    #[test]
+    fn batch_defaults_loop_over_the_single_calls() {
+        let mut f = Frontier::in_memory(settings(), Timestamp::ZERO).unwrap();
+        let reqs = [
+            Request::get("https://a.com/1"),
+            Request::get("https://a.com/2"),
+            Request::get("https://b.com/1"),
+        ];
+        Scheduling::push_all(&mut f, &reqs, Timestamp::ZERO).unwrap();
+        assert!(!<Frontier<VolatileStore> as Scheduling>::BATCHES);
+        // What single polls would give: a.com's second waits its delay.
+        let batch = Scheduling::poll_batch(&mut f, Timestamp::ZERO, 8).unwrap();
+        assert_eq!(batch.leases.len(), 2);
+        assert_eq!(batch.then, Poll::NotUntil(Timestamp::from_secs(2)));
+        let leases: Vec<Lease> = batch.leases.into_iter().map(|l| l.ok().unwrap()).collect();
+        // Handing one back queues it again; its send stays recorded (a.com waits 2 s).
+        assert!(Scheduling::hand_back(&mut f, leases[0].id(), Timestamp::ZERO).unwrap());
+        assert_eq!(Scheduling::in_flight(&f), 1);
+        assert_eq!(f.len(), 2);
+        let done = Scheduling::complete_batch(
+            &mut f,
+            &[
+                (leases[1].id(), Outcome::status(200), Timestamp::ZERO),
+                (leases[0].id(), Outcome::status(200), Timestamp::ZERO),
+            ],
+        )
+        .unwrap();
+        assert_eq!(
+            done,
+            [true, false],
+            "the handed-back lease is no longer out"
+        );
+        assert_eq!(
+            Scheduling::poll(&mut f, Timestamp::ZERO).unwrap(),
+            Poll::NotUntil(Timestamp::from_secs(2))
+        );
+        // At most `max`: the answer after is "look again".
+        let batch = Scheduling::poll_batch(&mut f, Timestamp::from_secs(2), 1).unwrap();
+        assert_eq!((batch.leases.len(), batch.then), (1, Poll::Blocked));
     }
 
     #[test]

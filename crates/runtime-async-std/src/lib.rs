@@ -74,7 +74,7 @@ mod virtual_time;
 
 pub use clock::{Clock, ManualClock};
 pub use driver::{Driver, DriverFor, Leases, LeasesFor};
-pub use polite_runtime_common::{DriverError, Runtime, unix_now};
+pub use polite_runtime_common::{Batching, DriverError, Runtime, unix_now};
 pub use throttle::{Throttle, ThrottlePermit};
 
 // The README's examples compile and run as doctests.

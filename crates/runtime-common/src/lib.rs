@@ -77,7 +77,9 @@ mod driver;
 mod throttle;
 mod turn;
 
-pub use driver::{CHECKPOINT_FAILURES_IN_A_ROW, DriverError, DriverFor, LeasesFor, panic_message};
+pub use driver::{
+    Batching, CHECKPOINT_FAILURES_IN_A_ROW, DriverError, DriverFor, LeasesFor, panic_message,
+};
 pub use throttle::{Throttle, ThrottlePermit};
 
 /// What the driver and the throttle need from an async runtime: its clock, mapped onto

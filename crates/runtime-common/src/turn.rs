@@ -78,6 +78,11 @@ impl Turn {
         self.word.load(Ordering::Acquire) == FREE
     }
 
+    /// How many tasks wait for the turn (not counting its holder).
+    pub(crate) fn queued(&self) -> usize {
+        self.state().queue.len()
+    }
+
     /// Waits for the turn; it passes on when the guard is dropped.
     pub(crate) fn lock(&self) -> TakeTurn<'_> {
         TakeTurn {

@@ -854,3 +854,65 @@ fn poll_timeout_follows_the_earliest_lease_expiry() {
     assert_eq!(again.request.url, b.request.url);
     assert_eq!(f.poll_timeout(), Some(t(15)));
 }
+
+#[test]
+fn batched_completions_and_a_hand_back() {
+    let Some(server) = RedisServer::start_or_skip("complete_batch") else {
+        return;
+    };
+    let settings = Settings::default()
+        .without_jitter()
+        .with_scope("a.com", ScopeConfig::new().delay(2.0).concurrency(1));
+    let mut f = open(&server, "cbatch", settings, RedisConfig::default());
+    for r in ["https://a.com/1", "https://b.com/1", "https://c.com/1"] {
+        f.push(&Request::get(r), t(0)).unwrap();
+    }
+    let leases: Vec<_> = f
+        .poll_batch(t(0), 8)
+        .unwrap()
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(leases.len(), 3);
+    let a = leases
+        .iter()
+        .find(|l| l.request.url.contains("a.com"))
+        .unwrap();
+    let others: Vec<_> = leases.iter().filter(|l| l.id() != a.id()).collect();
+
+    // a.com's lease goes back unused: queued again in its place, its slot free at once,
+    // its send kept (a.com waits its 2 s from t0).
+    assert!(f.hand_back(a.id(), t(1)).unwrap());
+    assert_eq!(f.in_flight(), 2);
+    assert!(!f.hand_back(a.id(), t(1)).unwrap(), "only once");
+    assert_eq!(f.poll(t(1)).unwrap(), Poll::NotUntil(t(2)));
+
+    // One round trip, each at its own time; an unknown lease is refused in its place.
+    let done = f
+        .complete_batch(&[
+            (others[0].id(), Outcome::status(200), t(1)),
+            (a.id(), Outcome::status(200), t(1)),
+            (others[1].id(), Outcome::status(200), t(1)),
+        ])
+        .unwrap();
+    assert_eq!(done, [true, false, true]);
+    assert_eq!(f.in_flight(), 0);
+    let Poll::Ready(again) = f.poll(t(2)).unwrap() else {
+        panic!("a.com/1 again")
+    };
+    assert_eq!(again.request, a.request);
+    assert_eq!(
+        again.id().0 % (1 << 40),
+        a.id().0 % (1 << 40),
+        "same sequence number"
+    );
+    assert_eq!(
+        f.complete_batch(&[(again.id(), Outcome::status(200), t(2))])
+            .unwrap(),
+        [true]
+    );
+    assert_eq!(f.poll(t(3)).unwrap(), Poll::Empty);
+    let info = f.info().unwrap();
+    assert_eq!(info.stats.acked, 3);
+    assert_eq!(info.leased, 0);
+}

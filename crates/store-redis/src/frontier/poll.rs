@@ -11,6 +11,7 @@ use crate::error::RedisStoreError;
 use super::RedisFrontier;
 use super::Result;
 use super::reply::{as_bytes, as_f64, as_u64, nanos, protocol, store_err};
+use super::server_code::ServerCode;
 
 // Named by the docs.
 #[cfg(doc)]
@@ -65,7 +66,11 @@ impl RedisFrontier {
         Ok(self.poll_inner(now, max.max(1))?.0)
     }
 
-    fn poll_inner(&mut self, now: Timestamp, max: usize) -> Result<(Vec<Result<Lease>>, Poll)> {
+    pub(super) fn poll_inner(
+        &mut self,
+        now: Timestamp,
+        max: usize,
+    ) -> Result<(Vec<Result<Lease>>, Poll)> {
         let args = vec![
             nanos(self.config.lease_timeout).to_string().into_bytes(),
             self.config.redeliver_batch.to_string().into_bytes(),
@@ -193,6 +198,73 @@ impl RedisFrontier {
             self.in_flight = self.in_flight.saturating_sub(1);
         }
         Ok(done)
+    }
+
+    /// [`complete`](Self::complete)s many leases, each at its own time, in one round
+    /// trip: one `bool` per lease, in order.
+    ///
+    /// The script has no batched completion yet, so this pipelines one `complete` call
+    /// per lease: it saves the round trips and the client's per-call work, not the
+    /// server's per-call overhead. Each completion is atomic on its own; a connection
+    /// lost midway leaves a prefix applied (the others come back as expired leases).
+    pub fn complete_batch(
+        &mut self,
+        done: &[(RequestId, Outcome<'_>, Timestamp)],
+    ) -> Result<Vec<bool>> {
+        if done.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for (lease, outcome, now) in done {
+            let mut args = vec![lease.0.to_string().into_bytes()];
+            args.extend(Self::outcome_args(outcome)?);
+            let time = self.time_arg(*now);
+            pipe.add_command(self.code.command(&self.prefix, "complete", &time, &args));
+        }
+        let code = self.code.clone();
+        let conn = self.conn()?;
+        let mut result = pipe.query::<Vec<Value>>(conn);
+        if let Err(e) = &result
+            && ServerCode::is_missing(e)
+        {
+            // Nothing ran: every command of the pipeline failed the same way.
+            result = code
+                .load(conn)
+                .and_then(|()| pipe.query::<Vec<Value>>(conn));
+        }
+        let replies = result.map_err(|e| {
+            let e = RedisStoreError::from_pipeline("complete", done.len(), e);
+            if e.is_connection_error() {
+                self.conn = None;
+            }
+            store_err(e)
+        })?;
+        if replies.len() != done.len() {
+            return Err(protocol("complete", "wrong number of replies"));
+        }
+        let out: Vec<bool> = replies.iter().map(|v| as_u64(v) == Some(1)).collect();
+        let ended = out.iter().filter(|&&d| d).count();
+        self.in_flight = self.in_flight.saturating_sub(ended);
+        Ok(out)
+    }
+
+    /// Hands back a lease that was never used: it expires at once and is delivered
+    /// again (its request back in its place in the queue, its scope slots freed) by a
+    /// poll made right after, in the same call. The send its poll recorded is kept: the
+    /// scope's next request still waits its delay after it. It counts as a redelivery in
+    /// the crawl's stats, and its lease id changes (the redelivery count in it). `false`
+    /// if the lease is no longer held.
+    ///
+    /// (Two script calls: the script has no operation that puts a lease back directly.)
+    pub fn hand_back(&mut self, lease: RequestId, now: Timestamp) -> Result<bool> {
+        let args = vec![lease.0.to_string().into_bytes(), b"0".to_vec()];
+        let v = self.call_at("extend", Some(now), &args)?;
+        if as_u64(&v) != Some(1) {
+            return Ok(false);
+        }
+        // A poll for no lease: it redelivers what has expired, this lease among them.
+        let _ = self.poll_inner(now, 0)?;
+        Ok(true)
     }
 
     /// Puts a lease back with its priority adjusted, after its outcome fed backoff.

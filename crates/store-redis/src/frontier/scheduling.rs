@@ -1,6 +1,6 @@
 //! The frontier-core [`Scheduling`] trait over the shared frontier.
 
-use polite_frontier_core::{Poll, PushOutcome, Request, RequestId, Scheduling};
+use polite_frontier_core::{Poll, PollBatch, PushOutcome, Request, RequestId, Scheduling};
 use polite_throttle_core::{CrawlDelayDecision, Outcome, QuotaReconcile, Timestamp};
 
 use crate::error::RedisStoreError;
@@ -11,6 +11,8 @@ use super::Result;
 impl Scheduling for RedisFrontier {
     type StoreError = RedisStoreError;
     type Closed = ();
+    /// A batch of leases is one script call, a batch of completions one round trip.
+    const BATCHES: bool = true;
 
     fn push(&mut self, request: &Request, now: Timestamp) -> Result<PushOutcome> {
         RedisFrontier::push(self, request, now)
@@ -22,6 +24,23 @@ impl Scheduling for RedisFrontier {
 
     fn poll(&mut self, now: Timestamp) -> Result<Poll> {
         RedisFrontier::poll(self, now)
+    }
+
+    fn poll_batch(&mut self, now: Timestamp, max: usize) -> Result<PollBatch<RedisStoreError>> {
+        let (leases, why) = self.poll_inner(now, max.max(1))?;
+        // The script says "more" (here `Blocked`) when it stopped at `max`.
+        Ok(PollBatch { leases, then: why })
+    }
+
+    fn complete_batch(
+        &mut self,
+        done: &[(RequestId, Outcome<'_>, Timestamp)],
+    ) -> Result<Vec<bool>> {
+        RedisFrontier::complete_batch(self, done)
+    }
+
+    fn hand_back(&mut self, lease: RequestId, now: Timestamp) -> Result<bool> {
+        RedisFrontier::hand_back(self, lease, now)
     }
 
     fn complete(

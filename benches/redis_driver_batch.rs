@@ -1,0 +1,145 @@
+//! Poll + complete pairs per second through the tokio driver over one local Redis: the
+//! driver making one call per lease and per completion (`Batching::off()`, today's
+//! driver) against the batched driver (`Batching::default()`), in the same run, in paired
+//! rounds (each round runs both, in alternating order, each on a fresh crawl).
+//!
+//!     redis-driver-batch [N] [WORKERS] [ROUNDS]
+//!
+//! N requests (default 20,000) are pushed (untimed), then WORKERS tasks (default 64) on a
+//! two-thread tokio runtime loop `next` / `complete(200)` until the crawl is done; the
+//! rate is N over that time. Throttling is on for every poll but nothing waits
+//! (unlimited concurrency, no delay: the benchmarks' `redis_settings`). Starts its own
+//! `redis-server` (no persistence) on a free port.
+#![allow(clippy::print_stdout)]
+use std::time::Instant;
+
+use polite_frontier_core::DupeFilterConfig;
+use polite_runtime_tokio::{Batching, Clock, DriverFor};
+use polite_store_redis::RedisFrontier;
+use polite_store_redis::testing::RedisServer;
+use polite_throttle_core::{Outcome, Timestamp};
+use workspace_benches::{peer_requests_range, redis_config, redis_settings};
+
+/// Script calls and their server time (µs) since the last reset (`INFO commandstats`).
+fn script_stats(c: &mut redis::Connection) -> (u64, u64) {
+    let info: String = redis::cmd("INFO").arg("commandstats").query(c).unwrap();
+    let line = info.lines().find(|l| l.starts_with("cmdstat_fcall:"));
+    let field = |name: &str| {
+        line.and_then(|l| l.split([':', ',']).find_map(|kv| kv.strip_prefix(name)))
+            .and_then(|v| v.parse::<f64>().ok())
+            .map_or(0, |v| v as u64)
+    };
+    (field("calls="), field("usec="))
+}
+
+/// One timed crawl: (pairs/s, script calls per pair, server µs per pair).
+fn round(url: &str, crawl: &str, n: usize, workers: usize, batching: Batching) -> (f64, f64, f64) {
+    let config = redis_config(DupeFilterConfig::Disabled);
+    let mut f = RedisFrontier::open(url, crawl, redis_settings(), config).unwrap();
+    for chunk in peer_requests_range(0, n, 1_000).chunks(10_000) {
+        f.push_all(chunk, Timestamp::ZERO).unwrap();
+    }
+    let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut c).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .unwrap();
+    let (elapsed, done) = rt.block_on(async move {
+        let clock = Clock::wall();
+        let driver = DriverFor::with_batching(f, clock, batching);
+        let t0 = Instant::now();
+        let tasks: Vec<_> = (0..workers)
+            .map(|_| {
+                let d = driver.clone();
+                tokio::spawn(async move {
+                    let mut done = 0usize;
+                    while let Some(lease) = d.next().await {
+                        let lease = lease.unwrap();
+                        assert!(d.complete(lease.id(), Outcome::status(200)).await.unwrap());
+                        done += 1;
+                    }
+                    done
+                })
+            })
+            .collect();
+        let mut done = 0;
+        for t in tasks {
+            done += t.await.unwrap();
+        }
+        let elapsed = t0.elapsed().as_secs_f64();
+        driver.close().await.unwrap();
+        (elapsed, done)
+    });
+    assert_eq!(done, n, "every request leased and completed once");
+    let (calls, usec) = script_stats(&mut c);
+    let f = RedisFrontier::open(
+        url,
+        crawl,
+        redis_settings(),
+        redis_config(DupeFilterConfig::Disabled),
+    )
+    .unwrap();
+    f.destroy().unwrap();
+    (
+        n as f64 / elapsed,
+        calls as f64 / n as f64,
+        usec as f64 / n as f64,
+    )
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[m]
+    } else {
+        (v[m - 1] + v[m]) / 2.0
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let n: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(20_000);
+    let workers: usize = args.get(2).and_then(|a| a.parse().ok()).unwrap_or(64);
+    let rounds: usize = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(5);
+    let server = RedisServer::start("redis-driver-batch")
+        .unwrap()
+        .expect("redis-server is needed");
+    let url = server.url();
+    println!("{n} requests, {workers} workers, {rounds} paired rounds (pairs/s)");
+    let (mut single, mut batched, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    for r in 0..rounds {
+        let run = |batch: bool| {
+            let b = if batch {
+                Batching::default()
+            } else {
+                Batching::off()
+            };
+            round(&url, &format!("bench-{r}-{batch}"), n, workers, b)
+        };
+        let (s, b) = if r % 2 == 0 {
+            let s = run(false);
+            (s, run(true))
+        } else {
+            let b = run(true);
+            (run(false), b)
+        };
+        let ((s, sc, su), (b, bc, bu)) = (s, b);
+        println!(
+            "round {r}: single {s:>7.0} ({sc:.2} calls, {su:.0} us server per pair)  \
+             batched {b:>7.0} ({bc:.2} calls, {bu:.0} us)  ratio {:.2}",
+            b / s
+        );
+        single.push(s);
+        batched.push(b);
+        ratios.push(b / s);
+    }
+    println!(
+        "median: single {:.0}  batched {:.0}  ratio (median of paired) {:.2}",
+        median(&mut single),
+        median(&mut batched),
+        median(&mut ratios)
+    );
+}
