@@ -413,7 +413,7 @@ mod tests {
             Request::get("https://b.com/1"),
         ];
         Scheduling::push_all(&mut f, &reqs, Timestamp::ZERO).unwrap();
-        assert!(!<Frontier<VolatileStore> as Scheduling>::BATCHES);
+        const { assert!(!<Frontier<VolatileStore> as Scheduling>::BATCHES) };
         // What single polls would give: a.com's second waits its delay.
         let batch = Scheduling::poll_batch(&mut f, Timestamp::ZERO, 8).unwrap();
         assert_eq!(batch.leases.len(), 2);
