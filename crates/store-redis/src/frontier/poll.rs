@@ -11,7 +11,6 @@ use crate::error::RedisStoreError;
 use super::RedisFrontier;
 use super::Result;
 use super::reply::{as_bytes, as_f64, as_u64, nanos, protocol, store_err};
-use super::server_code::ServerCode;
 
 // Named by the docs.
 #[cfg(doc)]
@@ -214,33 +213,21 @@ impl RedisFrontier {
         if done.is_empty() {
             return Ok(Vec::new());
         }
-        let mut pipe = redis::pipe();
+        // One script call for the batch: each completion at its own time, one write-back.
+        let mut args = Vec::with_capacity(1 + 5 * done.len());
+        args.push(done.len().to_string().into_bytes());
         for (lease, outcome, now) in done {
-            let mut args = vec![lease.0.to_string().into_bytes()];
+            args.push(lease.0.to_string().into_bytes());
             args.extend(Self::outcome_args(outcome)?);
-            let time = self.time_arg(*now);
-            pipe.add_command(self.code.command(&self.prefix, "complete", &time, &args));
+            args.push(self.time_arg(*now));
         }
-        let code = self.code.clone();
-        let conn = self.conn()?;
-        let mut result = pipe.query::<Vec<Value>>(conn);
-        if let Err(e) = &result
-            && ServerCode::is_missing(e)
-        {
-            // Nothing ran: every command of the pipeline failed the same way.
-            result = code
-                .load(conn)
-                .and_then(|()| pipe.query::<Vec<Value>>(conn));
-        }
-        let replies = result.map_err(|e| {
-            let e = RedisStoreError::from_pipeline("complete", done.len(), e);
-            if e.is_connection_error() {
-                self.conn = None;
-            }
-            store_err(e)
-        })?;
+        let last = done.last().map_or(Timestamp::ZERO, |(_, _, t)| *t);
+        let reply = self.call_at("complete_batch", Some(last), &args)?;
+        let Value::Array(replies) = reply else {
+            return Err(protocol("complete_batch", "expected an array"));
+        };
         if replies.len() != done.len() {
-            return Err(protocol("complete", "wrong number of replies"));
+            return Err(protocol("complete_batch", "wrong number of replies"));
         }
         let out: Vec<bool> = replies.iter().map(|v| as_u64(v) == Some(1)).collect();
         let ended = out.iter().filter(|&&d| d).count();

@@ -188,6 +188,32 @@ OPS.complete = function(args)
   return 1
 end
 
+-- complete_batch N then N times LEASE KIND A B TIME: what complete does for each lease,
+-- each at its own time (a number, or 'server'), with one write-back for the whole batch.
+-- Returns the N results (1, or 0 for an unknown lease).
+OPS.complete_batch = function(args)
+  local n = tonumber(args[1])
+  if not n or n < 0 or #args ~= 1 + 5 * n then
+    fail('CONFIG', 'complete_batch: expected N then N times LEASE KIND A B TIME')
+  end
+  local out = {}
+  for i = 0, n - 1 do
+    local at = 2 + 5 * i
+    local lease, seq = lease_of(args[at])
+    if lease then
+      NOW = read_now(args[at + 4])
+      end_lease(seq)
+      frontier_release(lease, decode_outcome(args[at + 1], args[at + 2], args[at + 3]), NOW)
+      C.acked = C.acked + 1
+      out[#out + 1] = 1
+    else
+      out[#out + 1] = 0
+    end
+  end
+  flush_all()
+  return out
+end
+
 -- retry LEASE KIND A B ADJUST: puts the lease back with its priority adjusted.
 OPS.retry = function(args)
   local lease, seq = lease_of(args[1])
