@@ -2,8 +2,8 @@
 //! (a state, or a tombstone when the scope wakes) with an in-memory index of 64-bit name
 //! hashes to offsets, about 20-40 bytes per hibernated scope.
 //!
-//! Record: `len: u32 LE | crc32(body): u32 LE | body`, body = `1 | postcard(ScopeSnapshot)`
-//! or `2 | name`. The last record of a scope wins; a tombstone means "in memory again".
+//! Records are framed as the log segments' are (`format::frame`: CRC, varint length,
+//! body), body = `1 | postcard(ScopeSnapshot)` or `2 | name`. The last record of a scope wins; a tombstone means "in memory again".
 //! A record cut short at the end of the file (a crash mid-write) is dropped when the file
 //! is opened; a damaged record anywhere else is an error naming the file and offset.
 
@@ -17,6 +17,7 @@ use polite_throttle_core::{HibernationError, ScopeHibernation, ScopeSnapshot};
 
 use crate::error::FsError;
 use crate::files::{read_at, sync_dir};
+use crate::format::{self, FrameParse};
 
 /// The file, in the store directory.
 pub(crate) const FILE: &str = "hibernated.log";
@@ -107,26 +108,24 @@ impl FsHibernation {
             ));
         }
         let mut at = HEADER as usize;
-        let mut names: HashMap<Box<str>, u64> = HashMap::new();
+        // Scope -> (offset, frame length) of its last state, if not woken since.
+        let mut names: HashMap<Box<str>, (u64, u64)> = HashMap::new();
         while at < bytes.len() {
-            let Some((body, next)) = record_at(&bytes, at) else {
-                // Cut short by a crash: drop the tail.
-                tracing::warn!(file = %self.path.display(), offset = at, "torn hibernated-scope record dropped");
-                break;
-            };
-            if crc32fast::hash(body)
-                != u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap_or_default())
-            {
-                if next == bytes.len() {
+            let (body, len) = match format::parse_frame(&bytes[at..]) {
+                FrameParse::Record { body, len } => (&bytes[at..][body], len),
+                FrameParse::Incomplete { .. } => {
+                    // Cut short by a crash: drop the tail.
                     tracing::warn!(file = %self.path.display(), offset = at, "torn hibernated-scope record dropped");
                     break;
                 }
-                return Err(FsError::corrupt(
-                    &self.path,
-                    at as u64,
-                    "hibernated scope record damaged (checksum)",
-                ));
-            }
+                FrameParse::BadCrc | FrameParse::BadLength => {
+                    return Err(FsError::corrupt(
+                        &self.path,
+                        at as u64,
+                        "hibernated scope record damaged (checksum or length)",
+                    ));
+                }
+            };
             match body.first() {
                 Some(&STATE) => {
                     let s: ScopeSnapshot = postcard::from_bytes(&body[1..]).map_err(|e| {
@@ -136,7 +135,7 @@ impl FsHibernation {
                             format!("hibernated scope state does not decode: {e}"),
                         )
                     })?;
-                    names.insert(s.scope.into_boxed_str(), at as u64);
+                    names.insert(s.scope.into_boxed_str(), (at as u64, len as u64));
                 }
                 Some(&TOMBSTONE) => {
                     let name = std::str::from_utf8(&body[1..]).map_err(|_| {
@@ -156,7 +155,7 @@ impl FsHibernation {
                     ));
                 }
             }
-            at = next;
+            at += len;
         }
         if at < bytes.len() {
             self.file
@@ -165,43 +164,45 @@ impl FsHibernation {
                 .map_err(|e| FsError::io(&self.path, Some(at as u64), e))?;
         }
         self.file_len = at as u64;
-        for (name, off) in names {
-            if let Some((_, next)) = record_at(&bytes, off as usize) {
-                self.live_bytes += (next - off as usize) as u64;
-            }
-            // Names are unique here: a hash already taken belongs to another scope.
-            let h = self.hash(&name);
-            match self.index.entry(h) {
-                std::collections::hash_map::Entry::Occupied(_) => {
-                    self.collided.insert(name, off);
-                }
-                std::collections::hash_map::Entry::Vacant(v) => {
-                    v.insert(off);
-                }
-            }
+        for (name, (off, len)) in names {
+            self.live_bytes += len;
+            self.index_at(&name, off);
         }
         Ok(())
+    }
+
+    /// Indexes the state of `name` at `off`; a hash already taken by another scope (rare)
+    /// sends it to `collided`.
+    fn index_at(&mut self, name: &str, off: u64) {
+        let h = self.hash(name);
+        let taken = self
+            .index
+            .get(&h)
+            .is_some_and(|&other| self.state_at(other).map_or(true, |(s, _)| s.scope != name));
+        if taken {
+            self.collided.insert(name.into(), off);
+        } else {
+            self.index.insert(h, off);
+        }
     }
 
     fn hash(&self, name: &str) -> u64 {
         self.hasher.hash_one(name)
     }
 
-    /// Appends a record, writing the buffer out when it is full.
-    fn append(&mut self, kind: u8, payload: &[u8]) -> Result<u64, String> {
+    /// Appends a record, writing the buffer out when it is full: its offset and frame
+    /// length.
+    fn append(&mut self, kind: u8, payload: &[u8]) -> Result<(u64, u64), String> {
         let off = self.file_len + self.buf.len() as u64;
         let mut body = Vec::with_capacity(1 + payload.len());
         body.push(kind);
         body.extend_from_slice(payload);
-        self.buf
-            .extend_from_slice(&(body.len() as u32).to_le_bytes());
-        self.buf
-            .extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
-        self.buf.extend_from_slice(&body);
+        format::frame(&mut self.buf, &body);
+        let len = self.file_len + self.buf.len() as u64 - off;
         if self.buf.len() >= BUFFER {
             self.write_out()?;
         }
-        Ok(off)
+        Ok((off, len))
     }
 
     fn write_out(&mut self) -> Result<(), String> {
@@ -215,7 +216,7 @@ impl FsHibernation {
         Ok(())
     }
 
-    /// The record at `off` (in the file or still in the buffer): its body and length.
+    /// The record at `off` (in the file or still in the buffer): its body and frame length.
     fn read(&self, off: u64) -> Result<(Vec<u8>, u64), String> {
         let fail = |what: &str| {
             format!(
@@ -223,15 +224,24 @@ impl FsHibernation {
                 self.path.display()
             )
         };
-        let mut head = [0u8; 8];
-        self.read_bytes(off, &mut head).map_err(|e| fail(&e))?;
-        let len = u32::from_le_bytes(head[..4].try_into().unwrap_or_default()) as usize;
-        let mut body = vec![0u8; len];
-        self.read_bytes(off + 8, &mut body).map_err(|e| fail(&e))?;
-        if crc32fast::hash(&body) != u32::from_le_bytes(head[4..].try_into().unwrap_or_default()) {
-            return Err(fail("damaged (checksum)"));
+        // The CRC and the longest varint length first, then the whole frame.
+        let end = self.file_len + self.buf.len() as u64;
+        let mut frame = vec![0u8; end.saturating_sub(off).min(14) as usize];
+        loop {
+            self.read_bytes(off, &mut frame).map_err(|e| fail(&e))?;
+            match format::parse_frame(&frame) {
+                FrameParse::Record { body, len } => {
+                    return Ok((frame[body].to_vec(), len as u64));
+                }
+                FrameParse::Incomplete { need: Some(n) } if n > frame.len() => {
+                    frame.resize(n, 0);
+                }
+                FrameParse::Incomplete { .. } => return Err(fail("cut short")),
+                FrameParse::BadCrc | FrameParse::BadLength => {
+                    return Err(fail("damaged (checksum or length)"));
+                }
+            }
         }
-        Ok((body, 8 + len as u64))
     }
 
     fn read_bytes(&self, off: u64, out: &mut [u8]) -> Result<(), String> {
@@ -283,9 +293,7 @@ impl FsHibernation {
         for off in offsets {
             let (body, _) = self.read(off)?;
             moved.push((off, out.len() as u64));
-            out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-            out.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
-            out.extend_from_slice(&body);
+            format::frame(&mut out, &body);
         }
         let mut f = File::create(&tmp).map_err(io)?;
         f.write_all(&out).and_then(|()| f.sync_all()).map_err(io)?;
@@ -318,15 +326,6 @@ impl FsHibernation {
     }
 }
 
-/// The record starting at `at`: its body and where the next one starts; `None` when the
-/// file ends inside it.
-fn record_at(bytes: &[u8], at: usize) -> Option<(&[u8], usize)> {
-    let head = bytes.get(at..at + 8)?;
-    let len = u32::from_le_bytes(head[..4].try_into().ok()?) as usize;
-    let end = at.checked_add(8 + len)?;
-    Some((bytes.get(at + 8..end)?, end))
-}
-
 impl ScopeHibernation for FsHibernation {
     fn hibernate(&mut self, snapshot: ScopeSnapshot) {
         let payload = match postcard::to_allocvec(&snapshot) {
@@ -339,21 +338,10 @@ impl ScopeHibernation for FsHibernation {
                 return;
             }
         };
-        let rec = 9 + payload.len() as u64;
         match self.append(STATE, &payload) {
-            Ok(off) => {
-                self.live_bytes += rec;
-                let name_at = |o: u64| self.state_at(o).ok().map(|(s, _)| s.scope);
-                let h = self.hash(&snapshot.scope);
-                let other = self.index.get(&h).copied();
-                match other {
-                    Some(o) if name_at(o).is_some_and(|n| n != snapshot.scope) => {
-                        self.collided.insert(snapshot.scope.into_boxed_str(), off);
-                    }
-                    _ => {
-                        self.index.insert(h, off);
-                    }
-                }
+            Ok((off, len)) => {
+                self.live_bytes += len;
+                self.index_at(&snapshot.scope, off);
             }
             Err(e) => {
                 self.error.get_or_insert(e);
