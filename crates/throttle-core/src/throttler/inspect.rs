@@ -180,14 +180,15 @@ impl Throttler {
     /// wins: the scope wakes from it and `snapshot` is ignored.
     pub fn restore(&mut self, snapshot: &ScopeSnapshot, now: Timestamp) {
         let now = self.clock.clamp(now);
-        if self.hibernation.is_some() && self.find(&snapshot.scope).is_none() {
-            let woken = self.stats.woken;
-            let (_, created) = self.resolve(&snapshot.scope, now);
-            if self.stats.woken > woken {
-                self.evict_some(now, usize::from(created) + EVICTION_BUDGET);
-                return;
-            }
+        let resident = self.find(&snapshot.scope).is_some();
+        let kept = match self.hibernation.as_mut() {
+            Some(h) if !resident => h.wake(&snapshot.scope),
+            _ => None,
+        };
+        if kept.is_some() {
+            self.stats.woken += 1;
         }
+        let snapshot = kept.as_ref().unwrap_or(snapshot);
         if let Some(ov) = Override::from_snapshot(snapshot) {
             self.overrides
                 .insert(Box::from(snapshot.scope.as_str()), ov);
