@@ -40,6 +40,15 @@ pub enum RedisStoreError {
         /// The crawl's name.
         crawl: String,
     },
+    /// The crawl's partitioning differs from the one it is opened with: another partition
+    /// count, or sharded against not sharded. Partitions are never changed silently.
+    #[error("crawl {crawl:?} is partitioned differently: {detail}")]
+    Partitions {
+        /// The crawl's name.
+        crawl: String,
+        /// What was stored and what was asked.
+        detail: String,
+    },
     /// The script refused an argument, or the crawl is not initialised.
     #[error("redis frontier: {detail}")]
     Invalid {

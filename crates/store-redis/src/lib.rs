@@ -177,7 +177,8 @@ pub mod testing;
 
 pub use error::RedisStoreError;
 pub use frontier::{
-    RedisConfig, RedisFrontier, RedisInfo, RedisPermit, RedisScopeStats, ScriptMode, TimeSource,
+    Placement, RedisConfig, RedisFrontier, RedisInfo, RedisPermit, RedisScopeStats, ScriptMode,
+    ShardConfig, ShardedRedisFrontier, TimeSource,
 };
 
 // The README's examples compile and run as doctests.

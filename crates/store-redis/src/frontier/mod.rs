@@ -20,6 +20,7 @@ use crate::error::RedisStoreError;
 use crate::params::{all_params, script_settings};
 
 mod config;
+mod connection;
 mod controls;
 mod inspect;
 mod poll;
@@ -27,11 +28,14 @@ mod push;
 mod reply;
 mod scheduling;
 mod server_code;
+mod sharded;
 
 pub use config::{RedisConfig, ScriptMode, TimeSource};
+pub(crate) use connection::{Backend, Conn};
 pub(crate) use server_code::ServerCode;
 #[cfg(feature = "testing")]
 pub(crate) use server_code::function_library;
+pub use sharded::{Placement, ShardConfig, ShardedRedisFrontier};
 
 use push::{Dedup, bloom_shape};
 use reply::{as_bytes, protocol, store_err};
@@ -106,8 +110,10 @@ pub struct RedisPermit(u64);
 /// [`Frontier`](polite_frontier_core::Frontier) makes on the same timeline. See the crate
 /// documentation for the key layout and operations.
 pub struct RedisFrontier {
-    client: redis::Client,
-    conn: Option<redis::Connection>,
+    client: Backend,
+    conn: Option<Conn>,
+    /// This partition's number and the crawl's partition count, when sharded.
+    partition: Option<(u16, u16)>,
     code: Arc<ServerCode>,
     prefix: String,
     crawl: String,
@@ -152,6 +158,38 @@ impl RedisFrontier {
         settings: Settings,
         config: RedisConfig,
     ) -> Result<Self> {
+        let mut f = Self::open_on(Backend::Single(client), crawl, None, settings, config)?;
+        // A sharded crawl of this name keeps its partition 0 on its first server.
+        if f.exists(&format!("{{{crawl}:0}}:cfg"))? {
+            return Err(store_err(RedisStoreError::Partitions {
+                crawl: crawl.to_string(),
+                detail: "it is sharded: open it with ShardedRedisFrontier and its partition count"
+                    .into(),
+            }));
+        }
+        f.init()?;
+        Ok(f)
+    }
+
+    /// Whether `key` exists (checks made before a crawl is created).
+    pub(crate) fn exists(&mut self, key: &str) -> Result<bool> {
+        let conn = self.conn()?;
+        redis::cmd("EXISTS")
+            .arg(key)
+            .query::<u64>(conn)
+            .map(|n| n > 0)
+            .map_err(|e| store_err(RedisStoreError::from_redis("open", e)))
+    }
+
+    /// A frontier on `client`, checked but not yet initialised ([`init`](Self::init)):
+    /// the whole crawl, or its partition `partition.0` of `partition.1`.
+    pub(crate) fn open_on(
+        client: Backend,
+        crawl: &str,
+        partition: Option<(u16, u16)>,
+        settings: Settings,
+        config: RedisConfig,
+    ) -> Result<Self> {
         settings.validate().map_err(FrontierError::Config)?;
         if config.frontier.policy != Policy::ThrottlingAware {
             return Err(store_err(RedisStoreError::Unsupported(
@@ -176,11 +214,16 @@ impl RedisFrontier {
                 detail: format!("crawl name {crawl:?} must be non-empty without braces"),
             }));
         }
-        let mut f = RedisFrontier {
+        let prefix = match partition {
+            None => format!("{{{crawl}}}:"),
+            Some((k, _)) => format!("{{{crawl}:{k}}}:"),
+        };
+        Ok(RedisFrontier {
             client,
             conn: None,
+            partition,
             code: Arc::new(ServerCode::new(config.script)),
-            prefix: format!("{{{crawl}}}:"),
+            prefix,
             crawl: crawl.to_string(),
             config,
             codec: Codec::new(),
@@ -192,16 +235,25 @@ impl RedisFrontier {
             in_flight: 0,
             timeout: None,
             settings,
-        };
+        })
+    }
+
+    /// Loads the server-side code and creates the crawl (or checks that the stored
+    /// settings, and partition count, are ours).
+    pub(crate) fn init(&mut self) -> Result<()> {
+        let f = self;
         f.install()?;
         // What every worker must agree on: the settings and the duplicate filter's shape.
         // The settings as one table, the frontier's ordering keys included.
         let table = SettingsFile::new(f.settings.clone(), f.config.frontier.clone());
-        let full = serde_json::to_string(&serde_json::json!({
+        let mut full = serde_json::json!({
             "settings": &table,
             "dupefilter": f.dedup.describe(),
-        }))
-        .map_err(|e| {
+        });
+        if let Some((_, count)) = f.partition {
+            full["partitions"] = count.into();
+        }
+        let full = serde_json::to_string(&full).map_err(|e| {
             store_err(RedisStoreError::Invalid {
                 detail: format!("settings do not serialise: {e}"),
             })
@@ -227,6 +279,20 @@ impl RedisFrontier {
             })
         })?;
         let ours: serde_json::Value = serde_json::from_str(&full).expect("just serialised");
+        if theirs.get("partitions") != ours.get("partitions") {
+            let count = |v: &serde_json::Value| {
+                v.get("partitions")
+                    .map_or("not sharded".to_string(), |n| format!("{n} partitions"))
+            };
+            return Err(store_err(RedisStoreError::Partitions {
+                crawl: f.crawl.clone(),
+                detail: format!(
+                    "it was created with {}, opened with {}",
+                    count(&theirs),
+                    count(&ours)
+                ),
+            }));
+        }
         if theirs != ours {
             return Err(store_err(RedisStoreError::SettingsMismatch {
                 crawl: f.crawl.clone(),
@@ -248,7 +314,7 @@ impl RedisFrontier {
                     .map_err(|e| store_err(RedisStoreError::from_redis("init", e)))?;
             }
         }
-        Ok(f)
+        Ok(())
     }
 
     /// The crawl's name; its keys are `{name}:*`.
@@ -265,9 +331,50 @@ impl RedisFrontier {
     /// `UNLINK`; returns how many. Workers still running on the crawl will fail (it is no
     /// longer initialised).
     pub fn destroy(mut self) -> Result<u64> {
+        self.destroy_keys()
+    }
+
+    /// [`destroy`](Self::destroy) without consuming: every key under this frontier's
+    /// prefix.
+    pub(crate) fn destroy_keys(&mut self) -> Result<u64> {
+        let err = |e| store_err(RedisStoreError::from_redis("destroy", e));
+        #[cfg(feature = "cluster")]
+        if let Backend::Cluster(client) = &self.client {
+            // The keys share one hash slot: list them on the primary that owns it.
+            use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+            let mut conn = client.get_connection().map_err(err)?;
+            let slot: u16 = redis::cmd("CLUSTER")
+                .arg("KEYSLOT")
+                .arg(&self.prefix)
+                .query(&mut conn)
+                .map_err(err)?;
+            let owner = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(Route::new(
+                slot,
+                SlotAddr::Master,
+            )));
+            let mut n = 0;
+            loop {
+                let mut list = redis::cmd("CLUSTER");
+                list.arg("GETKEYSINSLOT").arg(slot).arg(1000);
+                let keys: Vec<Vec<u8>> =
+                    redis::from_redis_value(conn.route_command(&list, owner.clone()).map_err(err)?)
+                        .map_err(|_| reply::protocol("destroy", "not a list of keys"))?;
+                let ours: Vec<Vec<u8>> = keys
+                    .into_iter()
+                    .filter(|k| k.starts_with(self.prefix.as_bytes()))
+                    .collect();
+                if ours.is_empty() {
+                    return Ok(n);
+                }
+                let removed: u64 = redis::cmd("UNLINK")
+                    .arg(ours)
+                    .query(&mut conn)
+                    .map_err(err)?;
+                n += removed;
+            }
+        }
         let pattern = format!("{}*", self.prefix);
         let conn = self.conn()?;
-        let err = |e| store_err(RedisStoreError::from_redis("destroy", e));
         let mut cursor: u64 = 0;
         let mut n = 0;
         loop {

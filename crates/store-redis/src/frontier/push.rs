@@ -244,6 +244,14 @@ impl RedisFrontier {
         }
         let code = self.code.clone();
         let conn = self.conn()?;
+        if !conn.supports_pipelining() {
+            // A cluster connection: one call after the other (same slot, same node).
+            let mut out = Vec::with_capacity(batches.len());
+            for (_, blob) in batches {
+                out.push(self.call_at_with("push", Some(now), blob)?);
+            }
+            return Ok(out);
+        }
         let mut result = pipe.query::<Vec<Value>>(conn);
         if let Err(e) = &result
             && ServerCode::is_missing(e)

@@ -111,7 +111,7 @@ impl ServerCode {
         cmd
     }
 
-    pub(super) fn load(&self, conn: &mut redis::Connection) -> redis::RedisResult<()> {
+    pub(super) fn load(&self, conn: &mut dyn redis::ConnectionLike) -> redis::RedisResult<()> {
         match self.mode {
             ScriptMode::Function => redis::cmd("FUNCTION")
                 .arg("LOAD")
@@ -130,15 +130,15 @@ impl ServerCode {
 }
 
 impl RedisFrontier {
-    pub(super) fn conn(&mut self) -> Result<&mut redis::Connection> {
+    pub(super) fn conn(&mut self) -> Result<&mut dyn redis::ConnectionLike> {
         if self.conn.is_none() {
             let c = self
                 .client
-                .get_connection()
+                .connect()
                 .map_err(|e| store_err(RedisStoreError::from_redis("connect", e)))?;
             self.conn = Some(c);
         }
-        Ok(self.conn.as_mut().expect("just connected"))
+        Ok(&mut **self.conn.as_mut().expect("just connected"))
     }
 
     pub(super) fn time_arg(&self, now: Timestamp) -> Vec<u8> {
@@ -180,6 +180,22 @@ impl RedisFrontier {
     ) -> Result<Value> {
         let time = now.map_or_else(|| b"-".to_vec(), |n| self.time_arg(n));
         let cmd = self.code.command(&self.prefix, op, &time, args);
+        self.run(op, cmd)
+    }
+
+    /// [`call_at`](Self::call_at) with one argument.
+    pub(super) fn call_at_with(
+        &mut self,
+        op: &'static str,
+        now: Option<Timestamp>,
+        arg: &[u8],
+    ) -> Result<Value> {
+        let time = now.map_or_else(|| b"-".to_vec(), |n| self.time_arg(n));
+        let cmd = self.code.command_with(&self.prefix, op, &time, arg);
+        self.run(op, cmd)
+    }
+
+    fn run(&mut self, op: &'static str, cmd: redis::Cmd) -> Result<Value> {
         let code = self.code.clone();
         let conn = self.conn()?;
         let mut result = cmd.query::<Value>(conn);
