@@ -176,6 +176,9 @@ mod params;
 pub mod testing;
 
 pub use error::RedisStoreError;
+#[cfg(feature = "cluster")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cluster")))]
+pub use frontier::move_partition;
 pub use frontier::{
     Placement, RedisConfig, RedisFrontier, RedisInfo, RedisPermit, RedisScopeStats, ScriptMode,
     ShardConfig, ShardedRedisFrontier, TimeSource,

@@ -98,6 +98,11 @@ impl RedisServer {
     /// line was printed). `Err`: the binary is missing while required (see
     /// [`redis_required`]), or the server did not come up.
     pub fn start(name: &str) -> Result<Option<RedisServer>, String> {
+        Self::start_with(name, &[])
+    }
+
+    /// [`start`](Self::start) with more `redis-server` arguments (after the defaults).
+    pub fn start_with(name: &str, extra: &[&str]) -> Result<Option<RedisServer>, String> {
         let Some(bin) = binary() else {
             if redis_required() {
                 return Err(format!(
@@ -133,6 +138,7 @@ impl RedisServer {
                 .args(["--save", "", "--appendonly", "no"])
                 .arg("--dir")
                 .arg(&dir)
+                .args(extra)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
@@ -186,6 +192,101 @@ impl RedisServer {
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
+}
+
+/// A throwaway Redis Cluster: `masters` servers started with `--cluster-enabled yes`
+/// and joined by `redis-cli --cluster create` (no replicas), stopped when dropped.
+#[derive(Debug)]
+pub struct RedisCluster {
+    servers: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts the cluster for the test `name`; `Ok(None)` and a SKIP line as
+    /// [`RedisServer::start`] (also when `redis-cli` is missing).
+    pub fn start(name: &str, masters: usize) -> Result<Option<RedisCluster>, String> {
+        let mut servers = Vec::with_capacity(masters);
+        for _ in 0..masters {
+            let args = [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "5000",
+            ];
+            match RedisServer::start_with(name, &args)? {
+                Some(s) => servers.push(s),
+                None => return Ok(None),
+            }
+        }
+        let cli = binary()
+            .map(|b| b.with_file_name("redis-cli"))
+            .filter(|p| p.is_file())
+            .unwrap_or_else(|| PathBuf::from("redis-cli"));
+        let out = Command::new(&cli)
+            .arg("--cluster")
+            .arg("create")
+            .args(servers.iter().map(|s| format!("127.0.0.1:{}", s.port())))
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output();
+        let out = match out {
+            Ok(o) => o,
+            Err(e) if !redis_required() => {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "SKIP {name}: {} cannot run: {e}",
+                    cli.display()
+                );
+                return Ok(None);
+            }
+            Err(e) => return Err(format!("{name}: {} cannot run: {e}", cli.display())),
+        };
+        if !out.status.success() {
+            return Err(format!(
+                "{name}: redis-cli --cluster create failed: {}",
+                String::from_utf8_lossy(&out.stdout)
+            ));
+        }
+        let cluster = RedisCluster { servers };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !cluster.servers.iter().all(|s| cluster_ok(s.port())) {
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "{name}: the cluster did not reach cluster_state:ok"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(Some(cluster))
+    }
+
+    /// Starts a cluster or panics (see [`start`](Self::start)).
+    pub fn start_or_skip(name: &str, masters: usize) -> Option<RedisCluster> {
+        match Self::start(name, masters) {
+            Ok(s) => s,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Every node's URL (`redis://127.0.0.1:PORT/`), in start order.
+    pub fn urls(&self) -> Vec<String> {
+        self.servers.iter().map(RedisServer::url).collect()
+    }
+
+    /// The nodes.
+    pub fn servers(&self) -> &[RedisServer] {
+        &self.servers
+    }
+}
+
+/// Whether the node on `port` says `cluster_state:ok` and knows every slot.
+fn cluster_ok(port: u16) -> bool {
+    let info = redis::Client::open(format!("redis://127.0.0.1:{port}/"))
+        .and_then(|c| c.get_connection())
+        .and_then(|mut c| redis::cmd("CLUSTER").arg("INFO").query::<String>(&mut c));
+    info.is_ok_and(|t| t.contains("cluster_state:ok") && t.contains("cluster_slots_ok:16384"))
 }
 
 impl Drop for RedisServer {

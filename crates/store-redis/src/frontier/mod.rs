@@ -26,12 +26,16 @@ mod inspect;
 mod poll;
 mod push;
 mod reply;
+#[cfg(feature = "cluster")]
+mod reshard;
 mod scheduling;
 mod server_code;
 mod sharded;
 
 pub use config::{RedisConfig, ScriptMode, TimeSource};
 pub(crate) use connection::{Backend, Conn};
+#[cfg(feature = "cluster")]
+pub use reshard::move_partition;
 pub(crate) use server_code::ServerCode;
 #[cfg(feature = "testing")]
 pub(crate) use server_code::function_library;

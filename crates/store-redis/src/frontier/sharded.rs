@@ -483,13 +483,14 @@ impl ShardedRedisFrontier {
         done: &[(RequestId, Outcome<'_>, Timestamp)],
     ) -> Result<Vec<bool>> {
         let mut out = vec![false; done.len()];
-        let mut by_part: BTreeMap<usize, (Vec<usize>, Vec<(RequestId, Outcome<'_>, Timestamp)>)> =
-            BTreeMap::new();
+        // Per partition: the positions in `done`, and the completions with inner ids.
+        type Part<'a> = (Vec<usize>, Vec<(RequestId, Outcome<'a>, Timestamp)>);
+        let mut by_part: BTreeMap<usize, Part<'_>> = BTreeMap::new();
         for (i, (lease, outcome, now)) in done.iter().enumerate() {
             if let Some((k, id)) = self.route(*lease) {
                 let e = by_part.entry(k).or_default();
                 e.0.push(i);
-                e.1.push((id, outcome.clone(), *now));
+                e.1.push((id, *outcome, *now));
             }
         }
         for (k, (idx, items)) in by_part {
