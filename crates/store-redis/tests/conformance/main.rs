@@ -10,10 +10,12 @@
 //! without jitter) mix them all.
 //!
 //! This file holds the harness (`run_both`) and the scripted timelines; `random` holds the
-//! random timelines, `permits` the standalone-permit differential (`run_permits`).
+//! random timelines, `permits` the standalone-permit differential (`run_permits`), `suite`
+//! the invariant checks any `Scheduling` implementation runs (`suite::run_suite`).
 
 mod permits;
 mod random;
+mod suite;
 
 use std::sync::OnceLock;
 
