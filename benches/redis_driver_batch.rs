@@ -41,6 +41,21 @@ fn round(url: &str, crawl: &str, n: usize, workers: usize, batching: Batching) -
     }
     let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
     let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut c).unwrap();
+    if std::env::var_os("OPS").is_some() {
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("slowlog-log-slower-than")
+            .arg(0)
+            .query(&mut c)
+            .unwrap();
+        let _: () = redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("slowlog-max-len")
+            .arg(500_000)
+            .query(&mut c)
+            .unwrap();
+        let _: () = redis::cmd("SLOWLOG").arg("RESET").query(&mut c).unwrap();
+    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_time()
@@ -74,6 +89,9 @@ fn round(url: &str, crawl: &str, n: usize, workers: usize, batching: Batching) -
     });
     assert_eq!(done, n, "every request leased and completed once");
     let (calls, usec) = script_stats(&mut c);
+    if std::env::var_os("OPS").is_some() {
+        op_counts(&mut c);
+    }
     let f = RedisFrontier::open(
         url,
         crawl,
@@ -87,6 +105,83 @@ fn round(url: &str, crawl: &str, n: usize, workers: usize, batching: Batching) -
         calls as f64 / n as f64,
         usec as f64 / n as f64,
     )
+}
+
+/// Script calls by operation, from the slow log (every command logged): calls, mean
+/// arguments, mean µs.
+fn op_counts(c: &mut redis::Connection) {
+    let log: Vec<(u64, u64, u64, Vec<Vec<u8>>)> = redis::cmd("SLOWLOG")
+        .arg("GET")
+        .arg(-1)
+        .query::<Vec<redis::Value>>(c)
+        .unwrap()
+        .into_iter()
+        .filter_map(|v| {
+            let redis::Value::Array(f) = v else {
+                return None;
+            };
+            let id: u64 = redis::from_redis_value(f[0].clone()).ok()?;
+            let t: u64 = redis::from_redis_value(f[1].clone()).ok()?;
+            let us: u64 = redis::from_redis_value(f[2].clone()).ok()?;
+            let args: Vec<Vec<u8>> = redis::from_redis_value(f[3].clone()).ok()?;
+            Some((id, t, us, args))
+        })
+        .collect();
+    let mut by: std::collections::BTreeMap<String, (u64, u64, u64)> = Default::default();
+    for (_, _, us, args) in log {
+        if args.first().map(|a| a.eq_ignore_ascii_case(b"FCALL")) != Some(true) {
+            continue;
+        }
+        let op = String::from_utf8_lossy(&args[4]).to_string();
+        let n = if op == "poll" {
+            String::from_utf8_lossy(&args[8]).parse().unwrap_or(0)
+        } else if op == "complete_batch" {
+            String::from_utf8_lossy(&args[6]).parse().unwrap_or(0)
+        } else {
+            1
+        };
+        let e = by.entry(op).or_default();
+        e.0 += 1;
+        e.1 += n;
+        e.2 += us;
+    }
+    for (op, (calls, n, us)) in by {
+        println!(
+            "    {op}: {calls} calls, {:.1} asked per call, {:.0} us per call",
+            n as f64 / calls as f64,
+            us as f64 / calls as f64
+        );
+    }
+}
+
+/// The script's own floor: `poll_batch(64)` and `complete_batch` straight from one
+/// client, no driver: (pairs/s, server µs per pair).
+fn floor(url: &str, crawl: &str, n: usize) -> (f64, f64) {
+    let config = redis_config(DupeFilterConfig::Disabled);
+    let mut f = RedisFrontier::open(url, crawl, redis_settings(), config).unwrap();
+    for chunk in peer_requests_range(0, n, 1_000).chunks(10_000) {
+        f.push_all(chunk, Timestamp::ZERO).unwrap();
+    }
+    let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut c).unwrap();
+    let t0 = Instant::now();
+    let mut done = 0;
+    loop {
+        let leases = f.poll_batch(Timestamp::ZERO, 64).unwrap();
+        if leases.is_empty() {
+            break;
+        }
+        let acks: Vec<_> = leases
+            .into_iter()
+            .map(|l| (l.unwrap().id(), Outcome::status(200), Timestamp::ZERO))
+            .collect();
+        done += f.complete_batch(&acks).unwrap().len();
+    }
+    let elapsed = t0.elapsed().as_secs_f64();
+    assert_eq!(done, n);
+    let (_, usec) = script_stats(&mut c);
+    f.destroy().unwrap();
+    (n as f64 / elapsed, usec as f64 / n as f64)
 }
 
 fn median(v: &mut [f64]) -> f64 {
@@ -132,6 +227,10 @@ fn main() {
              batched {b:>7.0} ({bc:.2} calls, {bu:.0} us)  ratio {:.2}",
             b / s
         );
+        if std::env::var_os("FLOOR").is_some() {
+            let (fl, fu) = floor(&url, &format!("floor-{r}"), n);
+            println!("  floor (poll_batch 64 + complete_batch, no driver): {fl:.0} ({fu:.0} us)");
+        }
         single.push(s);
         batched.push(b);
         ratios.push(b / s);

@@ -207,6 +207,65 @@ mod batching {
     }
 
     #[tokio::test(flavor = "current_thread")]
+    async fn a_completion_waits_for_leases_taken_for_tasks_yet_to_pick_them_up() {
+        let Some(server) = crate::server() else {
+            return;
+        };
+        let crawl = crate::crawl_name("spare-wait");
+        let f =
+            RedisFrontier::open(&server.url(), &crawl, spaced(), RedisConfig::default()).unwrap();
+        let batching = Batching::default().with_completion_delay(Duration::from_secs(60));
+        let driver = DriverFor::with_batching(f, Clock::wall(), batching);
+        driver.push(Request::get("https://a.com/0")).await.unwrap();
+        let first = driver.next().await.unwrap().unwrap();
+        // A waits holding the turn, B behind it; one poll takes a lease for each.
+        let a = tokio::spawn({
+            let d = driver.clone();
+            async move { d.next().await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut b = Box::pin({
+            let d = driver.clone();
+            async move { d.next().await }
+        });
+        assert!(poll_once(b.as_mut()).await.is_none(), "B waits behind A");
+        driver
+            .push_all(vec![
+                Request::get("https://b.com/1"),
+                Request::get("https://c.com/1"),
+            ])
+            .await
+            .unwrap();
+        let got_a = a.await.unwrap().unwrap().unwrap();
+
+        // A and the first lease complete: B's lease, taken but not yet picked up, is
+        // still to come back, so their call waits for it.
+        let mut done_first = Box::pin(driver.complete(first.id(), Outcome::status(200)));
+        assert!(poll_once(done_first.as_mut()).await.is_none());
+        let mut done_a = Box::pin(driver.complete(got_a.id(), Outcome::status(200)));
+        assert!(
+            poll_once(done_a.as_mut()).await.is_none(),
+            "a lease is still to be picked up: the call waits for its completion"
+        );
+        let mut info =
+            RedisFrontier::open(&server.url(), &crawl, spaced(), RedisConfig::default()).unwrap();
+        assert_eq!(info.info().unwrap().in_flight, 3, "nothing sent yet");
+
+        // B picks its lease up and completes it: nobody is left, one call sends all three.
+        let got_b = b.await.unwrap().unwrap();
+        assert!(
+            driver
+                .complete(got_b.id(), Outcome::status(200))
+                .await
+                .unwrap()
+        );
+        assert!(done_first.await.unwrap() && done_a.await.unwrap());
+        assert_eq!(info.info().unwrap().in_flight, 0);
+        driver.close().await.unwrap();
+        info.destroy().unwrap();
+    }
+
+    #[tokio::test(flavor = "current_thread")]
     async fn completions_gathering_are_sent_when_the_driver_closes() {
         let Some(server) = crate::server() else {
             return;

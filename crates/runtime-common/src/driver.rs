@@ -68,8 +68,9 @@ impl<E> From<FrontierError<E>> for DriverError<E> {
 /// - **Completions**: [`complete`](DriverFor::complete) joins the completions gathering
 ///   for the next call and returns once that call is made (with its own answer). The
 ///   call is made when [`max_completions`](Self::max_completions) (default 64) have
-///   gathered, when every lease this driver handed out has been given back (nobody else
-///   can join), or [`completion_delay`](Self::completion_delay) (default 2 ms) after the
+///   gathered, when every lease this driver took has been given back (nobody else can
+///   join; leases a batched poll took for tasks that have yet to pick them up count as
+///   out), or [`completion_delay`](Self::completion_delay) (default 2 ms) after the
 ///   first one, whichever comes first. Each completion is applied as of its own time.
 ///   Closing, flushing or checkpointing the driver sends what has gathered first. A
 ///   process that crashes loses the completions gathering (at most `max_completions`,
@@ -736,7 +737,9 @@ where
         if self.inner.closed.load(Ordering::SeqCst) {
             return Err(DriverError::Closed);
         }
-        let left = self.inner.given_back();
+        // Leases still to come back: held by tasks, or taken for tasks that have yet to
+        // pick them up (a fast task completes before the others have theirs).
+        let left = self.inner.given_back() + lock(&self.inner.spare).len();
         let now = self.inner.clock.now();
         let (batch, index, send) = {
             let mut open = lock(&self.inner.open);
