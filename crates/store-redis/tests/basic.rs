@@ -915,4 +915,48 @@ fn batched_completions_and_a_hand_back() {
     let info = f.info().unwrap();
     assert_eq!(info.stats.acked, 3);
     assert_eq!(info.leased, 0);
+    assert_eq!(
+        (info.stats.redelivered, info.stats.retried),
+        (0, 0),
+        "a hand-back is neither"
+    );
+}
+
+/// A handed-back request keeps its place: still first of its host's queue.
+#[test]
+fn a_handed_back_request_keeps_its_place() {
+    let Some(server) = RedisServer::start_or_skip("hand_back_place") else {
+        return;
+    };
+    let mut f = open(
+        &server,
+        "hback",
+        Settings::default().without_jitter(),
+        RedisConfig::default(),
+    );
+    for p in 1..=3 {
+        f.push(&Request::get(format!("https://a.com/{p}")), t(0))
+            .unwrap();
+    }
+    let Poll::Ready(first) = f.poll(t(0)).unwrap() else {
+        panic!()
+    };
+    // LIFO, the default order: the last pushed goes first.
+    assert_eq!(&*first.request.url, "https://a.com/3");
+    assert!(f.hand_back(first.id(), t(0)).unwrap());
+    let order: Vec<String> = (0..3)
+        .map(|_| {
+            let Poll::Ready(l) = f.poll(t(5)).unwrap() else {
+                panic!()
+            };
+            assert_ne!(l.id(), first.id(), "the old id is dead");
+            f.complete(l.id(), &Outcome::status(200), t(5)).unwrap();
+            l.request.url.to_string()
+        })
+        .collect();
+    assert_eq!(
+        order,
+        ["https://a.com/3", "https://a.com/2", "https://a.com/1"]
+    );
+    assert_eq!(f.info().unwrap().queued, 0);
 }

@@ -235,23 +235,20 @@ impl RedisFrontier {
         Ok(out)
     }
 
-    /// Hands back a lease that was never used: it expires at once and is delivered
-    /// again (its request back in its place in the queue, its scope slots freed) by a
-    /// poll made right after, in the same call. The send its poll recorded is kept: the
-    /// scope's next request still waits its delay after it. It counts as a redelivery in
-    /// the crawl's stats, and its lease id changes (the redelivery count in it). `false`
-    /// if the lease is no longer held.
-    ///
-    /// (Two script calls: the script has no operation that puts a lease back directly.)
+    /// Hands back a lease that was never used (the task it was taken for went away), in
+    /// one script call: its scope slots are freed and its request goes back in its place
+    /// in the queue (its sequence number, ahead of what was queued after it). The send
+    /// its poll recorded is kept: the scope's next request still waits its delay after
+    /// it. Neither a retry nor a redelivery in the crawl's stats; the lease id is dead
+    /// afterwards (the request gets a new one when polled again). `false` if the lease
+    /// is no longer held.
     pub fn hand_back(&mut self, lease: RequestId, now: Timestamp) -> Result<bool> {
-        let args = vec![lease.0.to_string().into_bytes(), b"0".to_vec()];
-        let v = self.call_at("extend", Some(now), &args)?;
-        if as_u64(&v) != Some(1) {
-            return Ok(false);
+        let v = self.call_at("hand_back", Some(now), &[lease.0.to_string().into_bytes()])?;
+        let done = as_u64(&v) == Some(1);
+        if done {
+            self.in_flight = self.in_flight.saturating_sub(1);
         }
-        // A poll for no lease: it redelivers what has expired, this lease among them.
-        let _ = self.poll_inner(now, 0)?;
-        Ok(true)
+        Ok(done)
     }
 
     /// Puts a lease back with its priority adjusted, after its outcome fed backoff.

@@ -234,6 +234,25 @@ OPS.retry = function(args)
   return 1
 end
 
+-- hand_back LEASE: a lease never used (its waiter left) goes back in its place in the
+-- queue (its sequence number; its redelivery count bumped so the old id is dead), its
+-- slots freed as cancelled. The send its poll recorded stays: spacing is never
+-- shortened. Neither a retry nor a redelivery in the stats. Returns 1, or 0.
+OPS.hand_back = function(args)
+  local lease, seq = lease_of(args[1])
+  if not lease then return 0 end
+  end_lease(seq)
+  local key, pk = lease.group_key, group_of(lease.group_key).param_keys
+  frontier_release(lease, {cancelled = true}, NOW)
+  group_for(key, nil, pk)
+  local flags = sbyte(lease.body, 1) % 4 + ((lease.redeliveries + 1) % 64) * 4
+  insert(key, tonumber(seq), schar(flags) .. ssub(lease.body, 2), lease.priority,
+         lease.start, nil, NOW)
+  C.enqueued = C.enqueued + 1
+  flush_all()
+  return 1
+end
+
 -- extend LEASE LEASE_NS: pushes a lease's expiry to now + LEASE_NS (a heartbeat).
 OPS.extend = function(args)
   local lease, seq = lease_of(args[1])
