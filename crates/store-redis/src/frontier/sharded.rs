@@ -136,8 +136,9 @@ pub struct ShardedRedisFrontier {
     next: usize,
     /// Each partition's last answer holds until then (it is skipped before).
     quiet_until: Vec<Timestamp>,
-    /// Whether that answer was `Empty` (else `NotUntil` / `Blocked`), and its time.
-    quiet: Vec<Poll>,
+    /// Each partition's last answer after its last lease (`NotUntil`, `Blocked` or
+    /// `Empty`); `None` when its last call filled the share asked (it may have more).
+    quiet: Vec<Option<Poll>>,
     timeout: Option<Timestamp>,
     key: String,
 }
@@ -226,7 +227,7 @@ impl ShardedRedisFrontier {
         }
         Ok(ShardedRedisFrontier {
             quiet_until: vec![Timestamp::ZERO; parts.len()],
-            quiet: vec![Poll::Blocked; parts.len()],
+            quiet: vec![None; parts.len()],
             parts,
             shard,
             crawl: crawl.to_string(),
@@ -388,7 +389,7 @@ impl ShardedRedisFrontier {
         }
         // Nothing anywhere: partitions skipped on an old answer are asked before this
         // handle says the crawl is empty.
-        if leases.is_empty() && asked < n && self.quiet.iter().all(|q| *q == Poll::Empty) {
+        if leases.is_empty() && asked < n && self.quiet.iter().all(|q| *q == Some(Poll::Empty)) {
             for k in skipped {
                 self.ask(k, now, max, &mut leases)?;
                 if !leases.is_empty() {
@@ -396,18 +397,20 @@ impl ShardedRedisFrontier {
                 }
             }
         }
+        // Fewer than `max`: every partition has answered after its last lease (this call,
+        // or an answer that still holds), and the crawl's answer combines theirs.
         let mut why = Poll::Empty;
         let mut timeout: Option<Timestamp> = None;
         for k in 0..n {
             let t = match &self.quiet[k] {
-                Poll::NotUntil(t) => {
+                Some(Poll::NotUntil(t)) => {
                     why = match why {
                         Poll::NotUntil(u) => Poll::NotUntil(u.min(*t)),
                         _ => Poll::NotUntil(*t),
                     };
                     Some(*t)
                 }
-                Poll::Blocked => {
+                Some(Poll::Blocked) | None => {
                     if why == Poll::Empty {
                         why = Poll::Blocked;
                     }
@@ -419,7 +422,7 @@ impl ShardedRedisFrontier {
                 timeout = Some(timeout.map_or(t, |x| x.min(t)));
             }
         }
-        if !leases.is_empty() {
+        if leases.len() >= max {
             why = Poll::Blocked;
         }
         self.timeout = timeout;
@@ -451,15 +454,19 @@ impl ShardedRedisFrontier {
             });
         }
         let recheck = now + self.parts[k].config.recheck;
-        self.quiet_until[k] = if n > 0 {
-            Timestamp::ZERO
+        if n >= max {
+            // It may have more: asked again next time.
+            self.quiet_until[k] = Timestamp::ZERO;
+            self.quiet[k] = None;
         } else {
-            match why {
+            // What it said after its last lease holds until then, unless this handle
+            // changes something there first (`wake`).
+            self.quiet_until[k] = match why {
                 Poll::NotUntil(t) => t.min(recheck),
                 _ => self.parts[k].poll_timeout().unwrap_or(recheck).min(recheck),
-            }
-        };
-        self.quiet[k] = if n > 0 { Poll::Blocked } else { why };
+            };
+            self.quiet[k] = Some(why);
+        }
         Ok(n)
     }
 

@@ -79,7 +79,10 @@ use polite_frontier_core::{
     Frontier, FrontierConfig, Lease, Poll, PushOutcome, QueueOrder, Request, RequestId, Scheduling,
     VolatileStore,
 };
-use polite_store_redis::{RedisConfig, RedisFrontier};
+use polite_store_redis::testing::RedisServer;
+use polite_store_redis::{
+    Placement, RedisConfig, RedisFrontier, ShardConfig, ShardedRedisFrontier,
+};
 use polite_throttle_core::{CrawlDelayDecision, Outcome, ScopeConfig, Settings, Timestamp};
 
 use super::{crawl_name, server};
@@ -91,7 +94,16 @@ pub(crate) trait Maker {
     type F: Scheduling;
     /// A new frontier, sharing nothing with those built before.
     fn make(&mut self, settings: Settings, config: FrontierConfig) -> Self::F;
+    /// Which share of the global `concurrent_requests` cap each host's requests count
+    /// against: one for the whole frontier (the default), or one per partition for a
+    /// sharded frontier, whose partitions each enforce the cap on their own.
+    fn cap_groups(&self) -> CapGroups {
+        Box::new(|_| 0)
+    }
 }
+
+/// A host's share of the global cap (see [`Maker::cap_groups`]).
+pub(crate) type CapGroups = Box<dyn Fn(&str) -> usize>;
 
 /// Runs every check on frontiers built by `maker`; panics naming each check that failed.
 pub(crate) fn run_suite<M: Maker>(label: &str, maker: &mut M) {
@@ -162,6 +174,33 @@ impl Maker for OneRedis {
     }
 }
 
+/// A `ShardedRedisFrontier` over 3 partitions on two servers per timeline.
+pub(crate) struct ShardedRedis {
+    placement: Placement,
+    shard: ShardConfig,
+}
+
+impl Maker for ShardedRedis {
+    type F = ShardedRedisFrontier;
+    fn make(&mut self, settings: Settings, config: FrontierConfig) -> Self::F {
+        let config = RedisConfig::default()
+            .lease_timeout(Duration::from_secs(86_400 * 30))
+            .frontier(config);
+        ShardedRedisFrontier::open(
+            &self.placement,
+            &crawl_name(),
+            self.shard.clone(),
+            settings,
+            config,
+        )
+        .unwrap()
+    }
+    fn cap_groups(&self) -> CapGroups {
+        let shard = self.shard.clone();
+        Box::new(move |host| shard.partition_of(host) as usize)
+    }
+}
+
 #[test]
 fn suite_in_process() {
     run_suite("in-process", &mut InProcess);
@@ -171,6 +210,22 @@ fn suite_in_process() {
 fn suite_one_redis() {
     let Some(server) = server() else { return };
     run_suite("one-redis", &mut OneRedis { url: server.url() });
+}
+
+#[test]
+fn suite_sharded_redis() {
+    let Some(server) = server() else { return };
+    let Some(second) = RedisServer::start_or_skip("conformance suite, second server") else {
+        return;
+    };
+    let placement = Placement::Servers(vec![server.url(), second.url()]);
+    run_suite(
+        "sharded-redis",
+        &mut ShardedRedis {
+            placement,
+            shard: ShardConfig::new(3),
+        },
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -327,6 +382,8 @@ struct Harness<F: Scheduling> {
     /// Hosts of the leases that ended, in order (for checks that push after them).
     finished_hosts: Vec<String>,
     answers: [u64; 4],
+    /// Each host's share of the global cap ([`Maker::cap_groups`]).
+    cap_group: CapGroups,
 }
 
 impl<F: Scheduling> Harness<F> {
@@ -337,7 +394,9 @@ impl<F: Scheduling> Harness<F> {
         config: FrontierConfig,
     ) -> Self {
         let f = maker.make(settings.clone(), config);
+        let cap_group = maker.cap_groups();
         Harness {
+            cap_group,
             what: what.to_string(),
             f,
             settings,
@@ -497,9 +556,9 @@ impl<F: Scheduling> Harness<F> {
         let url = lease.request.url.to_string();
         let host = host_of(&url).to_string();
         assert!(
-            self.out.len() < self.settings.concurrent_requests as usize,
-            "{at}: {url} sent with {} in flight, concurrent_requests {}",
-            self.out.len(),
+            !self.group_full(&host),
+            "{at}: {url} sent with {} in flight (in its share of the cap), concurrent_requests {}",
+            self.in_group(&host),
             self.settings.concurrent_requests
         );
         assert!(
@@ -555,25 +614,46 @@ impl<F: Scheduling> Harness<F> {
         out
     }
 
+    fn group_of(&self, host: &str) -> usize {
+        (self.cap_group)(host)
+    }
+
+    /// Leases out in `host`'s share of the global cap.
+    fn in_group(&self, host: &str) -> usize {
+        let g = self.group_of(host);
+        self.out
+            .iter()
+            .filter(|o| self.group_of(&o.host) == g)
+            .count()
+    }
+
+    /// Whether `host`'s share of the global cap is full.
+    fn group_full(&self, host: &str) -> bool {
+        self.in_group(host) >= self.settings.concurrent_requests as usize
+    }
+
     /// A poll that handed nothing out: the answer must fit the model.
     fn waiting(&mut self, p: &Poll) {
         let at = self.at();
-        let cap_full = self.out.len() >= self.settings.concurrent_requests as usize;
-        // When the model says the first exactly modelled host may send.
+        // When the model says the first exactly modelled host may send (hosts whose
+        // share of the global cap is full cannot).
         let earliest = self
             .hosts
-            .values()
-            .filter(|h| h.queued > 0 && h.has_slot() && h.exact)
-            .map(Host::next_send)
+            .iter()
+            .filter(|(n, h)| h.queued > 0 && h.has_slot() && h.exact && !self.group_full(n))
+            .map(|(_, h)| h.next_send())
             .min();
-        let any_free = self.hosts.values().any(|h| h.queued > 0 && h.has_slot());
+        let any_free = self
+            .hosts
+            .iter()
+            .any(|(n, h)| h.queued > 0 && h.has_slot() && !self.group_full(n));
         match p {
             Poll::Ready(_) => unreachable!(),
             Poll::NotUntil(t) => {
                 self.answers[1] += 1;
                 assert!(*t > self.now, "{at}: NotUntil({t:?}) is not in the future");
                 assert!(self.queued > 0, "{at}: NotUntil({t:?}) with nothing queued");
-                if let (false, Some(e)) = (cap_full, earliest) {
+                if let Some(e) = earliest {
                     assert!(
                         *t <= e.max(self.now),
                         "{at}: NotUntil({:.3}) but the model lets a request go at {:.3}{}",
@@ -592,7 +672,7 @@ impl<F: Scheduling> Harness<F> {
                 self.answers[2] += 1;
                 assert!(self.queued > 0, "{at}: Blocked with nothing queued");
                 assert!(
-                    cap_full || !any_free,
+                    !any_free,
                     "{at}: Blocked, yet a host with requests queued has a free slot{}",
                     self.may_go(earliest.unwrap_or(Timestamp::MAX))
                 );
@@ -609,7 +689,9 @@ impl<F: Scheduling> Harness<F> {
         let mut v: Vec<String> = self
             .hosts
             .iter()
-            .filter(|(_, h)| h.queued > 0 && h.has_slot() && h.next_send() <= t)
+            .filter(|(n, h)| {
+                h.queued > 0 && h.has_slot() && h.next_send() <= t && !self.group_full(n)
+            })
             .map(|(n, h)| format!("{n} {h:?}"))
             .collect();
         v.sort();
@@ -1410,7 +1492,12 @@ fn delay_scope_and_crawl_delay<M: Maker>(what: &str, maker: &mut M) {
                 }
                 if rng.chance(1) && crawl_delays < 12 {
                     crawl_delays += 1;
-                    let host = rng.pick(&hosts);
+                    // The configured host at least once, whatever the draws.
+                    let host = if crawl_delays == 6 {
+                        "cfg.example".to_string()
+                    } else {
+                        rng.pick(&hosts)
+                    };
                     match h.crawl_delay(&host, rng.pick(&[2.0, 4.0, 25.0])) {
                         CrawlDelayDecision::Applied { .. } => applied += 1,
                         _ => kept += 1,
