@@ -5,6 +5,11 @@
 //!
 //!     redis-driver-batch [N] [WORKERS] [ROUNDS]
 //!
+//! `FLOOR=1` also measures the script's floor each round (`poll_batch(64)` and
+//! `complete_batch` from one client, no driver); `JSON_OUT=FILE` measures it and appends
+//! one JSON line per round to FILE (what `scripts/bench-vs-peers` reads); `OPS=1` prints
+//! the script calls per operation from the slow log (which slows every call down).
+//!
 //! N requests (default 20,000) are pushed (untimed), then WORKERS tasks (default 64) on a
 //! two-thread tokio runtime loop `next` / `complete(200)` until the crawl is done; the
 //! rate is N over that time. Throttling is on for every poll but nothing waits
@@ -227,9 +232,29 @@ fn main() {
              batched {b:>7.0} ({bc:.2} calls, {bu:.0} us)  ratio {:.2}",
             b / s
         );
-        if std::env::var_os("FLOOR").is_some() {
+        let json = std::env::var_os("JSON_OUT");
+        let fl = if std::env::var_os("FLOOR").is_some() || json.is_some() {
             let (fl, fu) = floor(&url, &format!("floor-{r}"), n);
             println!("  floor (poll_batch 64 + complete_batch, no driver): {fl:.0} ({fu:.0} us)");
+            Some((fl, fu))
+        } else {
+            None
+        };
+        if let (Some(path), Some((fl, fu))) = (json, fl) {
+            use std::io::Write;
+            let mut out = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .unwrap();
+            writeln!(
+                out,
+                "{{\"round\": {r}, \"requests\": {n}, \"workers\": {workers}, \
+                 \"single_pairs_s\": {s:.1}, \"single_calls\": {sc:.3}, \"single_us\": {su:.1}, \
+                 \"batched_pairs_s\": {b:.1}, \"batched_calls\": {bc:.3}, \"batched_us\": {bu:.1}, \
+                 \"floor_pairs_s\": {fl:.1}, \"floor_us\": {fu:.1}}}"
+            )
+            .unwrap();
         }
         single.push(s);
         batched.push(b);

@@ -67,7 +67,8 @@
 //! | `async-std` | `async_std` | the same on async-io (async-std, smol, any executor), with a manual clock for tests |
 //! | `sqlite` | `sqlite` | the default persistent store: one SQLite file |
 //! | `fs` | `fs` | a crash-safe store in a directory of checksummed log segments, bounded memory |
-//! | `redis` | `redis` | one queue, duplicate filter and politeness budget shared by many processes |
+//! | `redis` | `redis` | one queue, duplicate filter and politeness budget shared by many processes; a crawl sharded over several servers |
+//! | `redis-cluster`, `redis-tls` | `redis` | the sharded crawl on a Redis Cluster; `rediss://` URLs |
 //! | `tower`, `reqwest`, `reqwest-middleware`, `psl` | `tower` | a tower layer (and reqwest middleware) that throttles any HTTP client |
 //! | `serde` | | `Settings` and scope configurations from TOML or JSON |
 //! | `tracing` | | events for throttling decisions, dropped requests and redeliveries |

@@ -44,7 +44,7 @@
 //! ## Keys
 //!
 //! Every key of a crawl starts with `{name}:` (one hash tag: one Redis Cluster slot, so
-//! each operation stays atomic there). The layout (version 2) keeps per-host structures
+//! each operation stays atomic there; a sharded crawl's partition `k` uses `{name:k}:`). The layout (version 2) keeps per-host structures
 //! small: records are fixed-layout binary strings, and they are bucketed into hashes and
 //! sorted sets small enough that Redis keeps each one as a compact listpack under its
 //! default `hash-max-listpack-*` / `zset-max-listpack-*` limits (no server configuration
@@ -94,7 +94,8 @@
 //!
 //! ## N workers on M machines
 //!
-//! Every worker opens the same crawl name on the same server with the same [`Settings`](polite_throttle_core::Settings)
+//! Every worker opens the same crawl name on the same server (or the same placement and
+//! partition count) with the same [`Settings`](polite_throttle_core::Settings)
 //! (the first one stores them; a worker with other settings is refused) and runs its own
 //! loop or driver (`polite_runtime_tokio::DriverFor<RedisFrontier>`, any number of tasks per
 //! process). Use [`TimeSource::Server`] in production. A worker that dies loses
@@ -120,16 +121,37 @@
 //! [`RedisInfo::in_flight`] and [`RedisInfo::permits`], not in
 //! [`RedisFrontier::in_flight`] (leases).
 //!
-//! ## Several crawls on a Redis Cluster
+//! ## One crawl over several servers: sharding
 //!
-//! A crawl lives in the one hash slot of `{name}`, on one shard: that is what makes every
-//! operation atomic. Several crawls spread over the shards by their names (`CLUSTER
-//! KEYSLOT {name}` tells where one lives): open each crawl against the primary that owns
-//! its slot (this crate connects to one node; it does not follow `MOVED` redirections).
-//! One crawl too big for a shard can be split by host (for example `news-0` … `news-7`,
-//! the host's hash choosing the crawl): politeness stays exact because a host belongs to
-//! one crawl, but scopes shared between hosts of different crawls are then not
-//! coordinated.
+//! One Redis runs one script at a time, so one crawl on one server tops out at the
+//! server's time per request (see `docs/performance.md`). [`ShardedRedisFrontier`] splits
+//! a crawl into N partitions, each a complete frontier under its own hash tag
+//! (`{name:k}:*`), placed on a list of independent servers ([`Placement::Servers`]:
+//! partition `k` on server `k % servers`) or on a Redis Cluster ([`Placement::Cluster`],
+//! feature `cluster`: the client follows `MOVED` and `ASK`, so each partition lives on
+//! whichever primary owns its slot).
+//!
+//! - A request goes to the partition of its scopes: for a plain request, a stable hash of
+//!   its host. A host's queue, duplicate-filter entries and politeness state therefore
+//!   live in exactly one partition, and every rule stays exact for it.
+//! - A scope shared by requests of several hosts (a quota across an API's hosts) must live
+//!   in one partition: pin it, and the hosts that use it, with [`ShardConfig::pin`]. A
+//!   request whose scopes live in different partitions is refused at push
+//!   ([`FrontierError::InvalidRequest`](polite_frontier_core::FrontierError::InvalidRequest),
+//!   naming the scopes and their partitions).
+//! - The global `concurrent_requests` cap and the duplicate filter hold per partition.
+//! - Workers poll the partitions in turn (none starves; one that said "nothing before t"
+//!   costs nothing until then or [`RedisConfig::recheck`]); lease ids carry their
+//!   partition; [`ShardedRedisFrontier::info`] sums the partitions' counters.
+//! - The partition count is stored with the crawl: opening it with another count, or a
+//!   sharded crawl unsharded, is [`RedisStoreError::Partitions`].
+//! - [`move_partition`] (feature `cluster`) moves a partition to another primary while
+//!   workers run, in one atomic step. Do not move a partition's slot with `redis-cli
+//!   --cluster reshard`: it moves keys in batches, and a script that runs between two
+//!   batches finds half its keys gone.
+//!
+//! [`ShardedRedisFrontier`] implements [`Scheduling`](polite_frontier_core::Scheduling):
+//! the drivers run it as they run one [`RedisFrontier`].
 //!
 //! ## Failover and restarts
 //!

@@ -19,6 +19,8 @@ use super::{Backend, RedisConfig, RedisFrontier, RedisInfo, RedisScopeStats, Res
 /// redelivery count).
 const PART_SHIFT: u32 = 48;
 const INNER: u64 = (1 << PART_SHIFT) - 1;
+/// The fewest leases a batched poll asks one partition for (when it wants that many).
+const MIN_SHARE: usize = 8;
 
 /// Where the partitions of a sharded crawl live.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -100,7 +102,8 @@ fn name_hash(name: &str) -> u64 {
 /// with explicit scopes of another partition is two requests).
 ///
 /// Polls go round the partitions, starting one further each time, so none starves; a
-/// partition that answered that nothing may go before `t` (or that it is empty) is not
+/// batch is shared out over them (at least 8 leases asked of each, so that a batch over
+/// many partitions costs a few calls, not one per lease); a partition that answered that nothing may go before `t` (or that it is empty) is not
 /// asked again before `t` or [`RedisConfig::recheck`], unless this handle pushed to it or
 /// freed one of its slots. Lease ids carry their partition, so any handle on the crawl
 /// can complete them. [`info`](Self::info) sums the partitions' counters.
@@ -371,8 +374,12 @@ impl ShardedRedisFrontier {
                 skipped.push(k);
                 continue;
             }
+            // An even share of what is left, but at least MIN_SHARE: with many
+            // partitions a batch goes to a few of them (the rotation spreads the calls),
+            // not one lease per call to each.
             let left = n - i;
-            let share = (max - leases.len()).div_ceil(left).max(1);
+            let want = max - leases.len();
+            let share = want.div_ceil(left).max(MIN_SHARE).min(want);
             asked += 1;
             let got = self.ask(k, now, share, &mut leases)?;
             if got == share {
