@@ -309,3 +309,36 @@ fn sharded_polls_are_fair_and_quiet_partitions_cost_nothing() {
     assert_eq!(fcalls(&a) - before_a, 0, "partition 0 asked while quiet");
     assert!(fcalls(&b) - before_b <= 10);
 }
+
+/// A standalone permit goes to its scope's partition and shares its budget with the
+/// crawl's leases there; scopes of two partitions are refused.
+#[test]
+fn sharded_permits_share_the_partition_budget() {
+    let Some((_a, _b, placement)) = two_servers("sharded_permits") else {
+        return;
+    };
+    let shard = ShardConfig::new(3);
+    let mut f = ShardedRedisFrontier::open(
+        &placement,
+        "sh8",
+        shard.clone(),
+        settings(),
+        RedisConfig::default(),
+    )
+    .unwrap();
+    let hosts: Vec<String> = (0..30).map(|i| format!("p{i}.test")).collect();
+    let x = &hosts[0];
+    let y = hosts
+        .iter()
+        .find(|h| shard.partition_of(h) != shard.partition_of(x))
+        .unwrap();
+    use polite_throttle_core::ScopeUse;
+    let permit = f.try_acquire(&[ScopeUse::new(x)], t(0)).unwrap().unwrap();
+    f.push(&Request::get(format!("https://{x}/1")), t(0)).unwrap();
+    // The permit's send holds the host's next request for its delay (1 s).
+    assert_eq!(f.poll(t(10)).unwrap(), Poll::NotUntil(t(1000)));
+    assert!(f.release(permit, &Outcome::status(200), t(20)).unwrap());
+    assert!(matches!(f.poll(t(1000)).unwrap(), Poll::Ready(_)));
+    let e = f.try_acquire(&[ScopeUse::new(x), ScopeUse::new(y)], t(0)).unwrap_err();
+    assert!(e.to_string().contains("different partitions"), "{e}");
+}

@@ -7,12 +7,14 @@ use polite_frontier_core::{
     FrontierError, InvalidRequest, Lease, Poll, PollBatch, PushOutcome, Request, RequestId,
     Scheduling, group_key, parse_group_key,
 };
-use polite_throttle_core::{CrawlDelayDecision, Outcome, QuotaReconcile, Settings, Timestamp};
+use polite_throttle_core::{
+    CrawlDelayDecision, NotReady, Outcome, QuotaReconcile, ScopeUse, Settings, Timestamp,
+};
 
 use crate::error::RedisStoreError;
 
 use super::reply::store_err;
-use super::{Backend, RedisConfig, RedisFrontier, RedisInfo, RedisScopeStats, Result};
+use super::{Backend, RedisConfig, RedisFrontier, RedisInfo, RedisPermit, RedisScopeStats, Result};
 
 /// A partition's number is kept in the top 16 bits of the lease ids it hands out (a
 /// partition's own ids stay below 2^46: a 40-bit sequence number and a 6-bit
@@ -578,6 +580,57 @@ impl ShardedRedisFrontier {
     ) -> Result<()> {
         let k = self.home(scope);
         self.parts[k].reconcile_quota(scope, how, now)
+    }
+
+    /// A standalone permit on `scopes` (see [`RedisFrontier::try_acquire`]), from the
+    /// partition they live in; scopes of different partitions are
+    /// [`RedisStoreError::Invalid`] (pin them together).
+    pub fn try_acquire(
+        &mut self,
+        scopes: &[ScopeUse<'_>],
+        now: Timestamp,
+    ) -> Result<std::result::Result<RedisPermit, NotReady>> {
+        let mut home: Option<(&str, u16)> = None;
+        for u in scopes {
+            let k = self.shard.partition_of(u.scope);
+            match home {
+                None => home = Some((u.scope, k)),
+                Some((first, at)) if at != k => {
+                    return Err(invalid(format!(
+                        "a permit on scopes {first:?} (partition {at}) and {:?} (partition {k}): \
+                         they live in different partitions; pin them to one with ShardConfig::pin",
+                        u.scope
+                    )));
+                }
+                Some(_) => {}
+            }
+        }
+        let k = home.map_or(0, |(_, k)| k as usize);
+        Ok(self.parts[k]
+            .try_acquire(scopes, now)?
+            .map(|p| RedisPermit(p.0 | ((k as u64) << PART_SHIFT))))
+    }
+
+    /// Hands a standalone permit back with its outcome (see [`RedisFrontier::release`]).
+    pub fn release(
+        &mut self,
+        permit: RedisPermit,
+        outcome: &Outcome<'_>,
+        now: Timestamp,
+    ) -> Result<bool> {
+        let k = (permit.0 >> PART_SHIFT) as usize;
+        if k >= self.parts.len() {
+            return Ok(false);
+        }
+        self.wake(k);
+        self.parts[k].release(RedisPermit(permit.0 & INNER), outcome, now)
+    }
+
+    /// A scope's state as of the last operation on it, from its partition (see
+    /// [`RedisFrontier::scope_stats_raw`]).
+    pub fn scope_stats_raw(&mut self, scope: &str) -> Result<Option<RedisScopeStats>> {
+        let k = self.home(scope);
+        self.parts[k].scope_stats_raw(scope)
     }
 
     /// A scope's throttling state, from its partition.
