@@ -112,6 +112,9 @@ const CRAWL_EXAMPLES: &str = "Examples:
   A fleet: run this on any number of machines; they share one queue and one budget:
     frontier crawl --store redis://10.0.0.5:6379/example https://example.com/
     frontier inspect redis://10.0.0.5:6379/example
+  The same crawl past one Redis: 8 partitions over two servers, or on a Redis Cluster:
+    frontier crawl --store 'redis://10.0.0.5/example?partitions=8&server=redis://10.0.0.6/' https://example.com/
+    frontier crawl --store 'redis+cluster://10.0.0.5:7000/example?partitions=8' https://example.com/
   Start over, 2 s between requests to each host, at most 500 pages:
     frontier crawl --fresh -s download_delay=2 --max-pages 500 https://example.com/
   Only the blog, as JSON lines on standard output:

@@ -232,8 +232,8 @@ pub fn inspect_path(path: &Path) -> anyhow::Result<Report> {
 
 /// Runs `frontier inspect`.
 pub fn run(args: InspectArgs) -> anyhow::Result<ExitCode> {
-    if let Some((url, name)) = crate::crawl::redis_target(&args.path)? {
-        return inspect_redis(&url, &name, &args);
+    if let Some(target) = crate::crawl::redis_target(&args.path)? {
+        return inspect_redis(&target, &args);
     }
     let report = inspect_path(&args.path)?;
     let mut out = std::io::stdout().lock();
@@ -277,40 +277,87 @@ pub struct RedisReport {
     pub redelivered: u64,
     /// Duplicates dropped.
     pub filtered: u64,
+    /// A sharded crawl's partitions, each with the same counters (the totals above are
+    /// their sums); empty for a crawl on one server.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub partitions: Vec<RedisReport>,
 }
 
-fn inspect_redis(url: &str, name: &str, args: &InspectArgs) -> anyhow::Result<ExitCode> {
+impl RedisReport {
+    fn new(server: &str, crawl: &str, info: &polite_store_redis::RedisInfo) -> Self {
+        RedisReport {
+            server: server.to_string(),
+            crawl: crawl.to_string(),
+            queued: info.queued,
+            delayed: info.delayed,
+            leased: info.leased,
+            in_flight: info.in_flight,
+            groups: info.groups,
+            permits: info.permits,
+            enqueued: info.stats.enqueued,
+            dequeued: info.stats.dequeued,
+            acked: info.stats.acked,
+            retried: info.stats.retried,
+            redelivered: info.stats.redelivered,
+            filtered: info.stats.filtered,
+            partitions: Vec::new(),
+        }
+    }
+
+    fn write(&self, out: &mut impl Write, indent: &str) -> std::io::Result<()> {
+        let r = self;
+        writeln!(
+            out,
+            "{indent}  queued {} (delayed {}), leased {}, in flight {} (permits {}), groups {}",
+            r.queued, r.delayed, r.leased, r.in_flight, r.permits, r.groups
+        )?;
+        writeln!(
+            out,
+            "{indent}  enqueued {}, dequeued {}, acked {}, retried {}, redelivered {}, duplicates dropped {}",
+            r.enqueued, r.dequeued, r.acked, r.retried, r.redelivered, r.filtered
+        )
+    }
+}
+
+fn inspect_redis(
+    target: &crate::crawl::RedisTarget,
+    args: &InspectArgs,
+) -> anyhow::Result<ExitCode> {
+    let (url, name) = (&target.url, &target.name);
     let config = crate::config::Config::load(
         &crate::config::Config::default(),
         args.config.as_deref(),
         std::env::vars(),
     )?
     .with_overrides(&args.set)?;
-    let mut frontier = polite_store_redis::RedisFrontier::open(
-        url,
-        name,
-        config.settings,
-        polite_store_redis::RedisConfig::default().frontier(config.frontier),
-    )
-    .map_err(|e| anyhow::anyhow!("{url} (crawl {name:?}): {e}"))?;
-    let info = frontier
-        .info()
-        .map_err(|e| anyhow::anyhow!("{url} (crawl {name:?}): {e}"))?;
-    let report = RedisReport {
-        server: url.to_string(),
-        crawl: name.to_string(),
-        queued: info.queued,
-        delayed: info.delayed,
-        leased: info.leased,
-        in_flight: info.in_flight,
-        groups: info.groups,
-        permits: info.permits,
-        enqueued: info.stats.enqueued,
-        dequeued: info.stats.dequeued,
-        acked: info.stats.acked,
-        retried: info.stats.retried,
-        redelivered: info.stats.redelivered,
-        filtered: info.stats.filtered,
+    let redis_config = polite_store_redis::RedisConfig::default().frontier(config.frontier);
+    let failed = |e| anyhow::anyhow!("{url} (crawl {name:?}): {e}");
+    let report = match &target.sharded {
+        None => {
+            let mut frontier =
+                polite_store_redis::RedisFrontier::open(url, name, config.settings, redis_config)
+                    .map_err(failed)?;
+            RedisReport::new(url, name, &frontier.info().map_err(failed)?)
+        }
+        Some((n, placement)) => {
+            let mut frontier = polite_store_redis::ShardedRedisFrontier::open(
+                placement,
+                name,
+                polite_store_redis::ShardConfig::new(*n),
+                config.settings,
+                redis_config,
+            )
+            .map_err(failed)?;
+            let mut report = RedisReport::new(url, name, &frontier.info().map_err(failed)?);
+            report.partitions = frontier
+                .partition_info()
+                .map_err(failed)?
+                .iter()
+                .enumerate()
+                .map(|(k, i)| RedisReport::new(url, &format!("{name}:{k}"), i))
+                .collect();
+            report
+        }
     };
     let mut out = std::io::stdout().lock();
     if args.json {
@@ -318,17 +365,22 @@ fn inspect_redis(url: &str, name: &str, args: &InspectArgs) -> anyhow::Result<Ex
         writeln!(out)?;
     } else {
         let r = &report;
-        writeln!(out, "redis crawl {:?} on {}", r.crawl, r.server)?;
-        writeln!(
-            out,
-            "  queued {} (delayed {}), leased {}, in flight {} (permits {}), groups {}",
-            r.queued, r.delayed, r.leased, r.in_flight, r.permits, r.groups
-        )?;
-        writeln!(
-            out,
-            "  enqueued {}, dequeued {}, acked {}, retried {}, redelivered {}, duplicates dropped {}",
-            r.enqueued, r.dequeued, r.acked, r.retried, r.redelivered, r.filtered
-        )?;
+        if r.partitions.is_empty() {
+            writeln!(out, "redis crawl {:?} on {}", r.crawl, r.server)?;
+        } else {
+            writeln!(
+                out,
+                "redis crawl {:?} over {} partitions (first server {})",
+                r.crawl,
+                r.partitions.len(),
+                r.server
+            )?;
+        }
+        r.write(&mut out, "")?;
+        for (k, p) in r.partitions.iter().enumerate() {
+            writeln!(out, "  partition {k}:")?;
+            p.write(&mut out, "  ")?;
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use polite_store_redis::testing::RedisServer;
 
-const HOSTS: [&str; 2] = ["a.test", "b.test"];
+// Two hosts in different partitions of a 3-partition crawl (partitions 1 and 0).
+const HOSTS: [&str; 2] = ["a.test", "c.test"];
 const PAGES: u32 = 40;
 const DELAY: f64 = 0.15;
 
@@ -58,13 +59,13 @@ async fn site() -> (u16, Arc<Mutex<Vec<(String, String, Instant)>>>) {
     (port, log)
 }
 
-fn worker(dir: &Path, i: usize, redis: &str, port: u16) -> Child {
+fn worker(dir: &Path, i: usize, store: &str, port: u16) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_frontier"));
     cmd.current_dir(dir)
         .env_remove("FRONTIER_CONFIG")
         .env_remove("FRONTIER_STORE")
         .args(["crawl", "--progress", "quiet", "--store"])
-        .arg(format!("{redis}fleet"))
+        .arg(store)
         .arg("--out")
         .arg(format!("out{i}.jsonl"))
         .args(["-s", &format!("download_delay={DELAY}")])
@@ -94,12 +95,69 @@ async fn three_processes_share_one_crawl_and_one_budget() {
     let Some(server) = RedisServer::start_or_skip("cli_fleet") else {
         return;
     };
+    fleet(&format!("{}fleet", server.url())).await;
+}
+
+/// The same fleet on a crawl sharded over 3 partitions on two servers; `frontier
+/// inspect` then shows the partitions and their sums.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_on_a_sharded_crawl() {
+    let Some(a) = RedisServer::start_or_skip("cli_fleet_sharded") else {
+        return;
+    };
+    let Some(b) = RedisServer::start_or_skip("cli_fleet_sharded") else {
+        return;
+    };
+    let store = format!("{}sharded?partitions=3&server={}", a.url(), b.url());
+    fleet(&store).await;
+    let out = Command::new(env!("CARGO_BIN_EXE_frontier"))
+        .env_remove("FRONTIER_CONFIG")
+        .args(["inspect", "--json"])
+        .arg(&store)
+        .args(["-s", &format!("download_delay={DELAY}")])
+        .args(["-s", "randomize_download_delay=false"])
+        .args(["-s", "concurrent_requests=4"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let parts = report["partitions"].as_array().unwrap();
+    assert_eq!(parts.len(), 3, "{report}");
+    let acked: u64 = parts.iter().map(|p| p["acked"].as_u64().unwrap()).sum();
+    assert_eq!(report["acked"].as_u64().unwrap(), acked);
+    let busy = parts
+        .iter()
+        .filter(|p| p["acked"].as_u64() > Some(0))
+        .count();
+    assert_eq!(busy, 2, "each host in its own partition: {report}");
+    // Both hosts' pages and robots.txt fetches: at least every page once.
+    assert!(acked >= (HOSTS.len() as u32 * PAGES) as u64, "{report}");
+    assert_eq!(report["queued"], 0, "{report}");
+    // Another partition count is refused, naming the stored one.
+    let out = Command::new(env!("CARGO_BIN_EXE_frontier"))
+        .env_remove("FRONTIER_CONFIG")
+        .arg("inspect")
+        .arg(store.replace("partitions=3", "partitions=4"))
+        .args(["-s", &format!("download_delay={DELAY}")])
+        .args(["-s", "randomize_download_delay=false"])
+        .args(["-s", "concurrent_requests=4"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("3 partitions"),
+        "{err}"
+    );
+}
+
+async fn fleet(store: &str) {
     let (port, log) = site().await;
     let dir = tempfile::tempdir().unwrap();
-    let redis = server.url();
-    let mut workers: Vec<Child> = (0..3)
-        .map(|i| worker(dir.path(), i, &redis, port))
-        .collect();
+    let mut workers: Vec<Child> = (0..3).map(|i| worker(dir.path(), i, store, port)).collect();
     // Kill one once the fleet is well under way.
     let deadline = Instant::now() + Duration::from_secs(60);
     while lines(dir.path(), 0).len() < 5 {

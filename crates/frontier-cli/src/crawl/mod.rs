@@ -54,15 +54,19 @@ use polite_frontier_core::{
 };
 use polite_runtime_tokio::{Clock, DriverError, DriverFor, unix_now};
 use polite_store_fs::{FsConfig, FsStore};
-use polite_store_redis::{RedisConfig, RedisFrontier, TimeSource};
+use polite_store_redis::{
+    RedisConfig, RedisFrontier, RedisInfo, RedisPermit, RedisScopeStats, RedisStoreError,
+    ShardConfig, ShardedRedisFrontier, TimeSource,
+};
 use polite_store_sqlite::{SqliteOptions, SqliteStore};
 use polite_throttle_core::Outcome;
+use polite_throttle_core::{NotReady, ScopeUse, Timestamp};
 use serde::Serialize;
 use tokio::sync::watch;
 use url::Url;
 
-pub use backend::redis_target;
 use backend::{CrawlFrontier, Live, Side, run_local, run_redis, side_call};
+pub use backend::{RedisTarget, redis_target};
 use fetch::{Fetched, client, is_html, response_outcome, sha256_hex};
 pub use links::{allowed_domain, extract_links};
 pub use output::{OutFile, PageLine};
@@ -244,8 +248,8 @@ impl Stopper {
 /// Runs a crawl until it finishes, reaches `max_pages`, or `stopper` is used; returns
 /// the summary. The store is flushed and closed before this returns.
 pub async fn crawl(options: CrawlOptions, stopper: Stopper) -> anyhow::Result<CrawlSummary> {
-    if let Some((url, name)) = redis_target(&options.store)? {
-        return run_redis(&url, &name, options, stopper).await;
+    if let Some(target) = redis_target(&options.store)? {
+        return run_redis(&target, options, stopper).await;
     }
     let kind = StoreKind::resolve(options.store_kind, &options.store)?;
     match kind {
