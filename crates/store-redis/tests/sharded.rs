@@ -334,11 +334,14 @@ fn sharded_permits_share_the_partition_budget() {
         .unwrap();
     use polite_throttle_core::ScopeUse;
     let permit = f.try_acquire(&[ScopeUse::new(x)], t(0)).unwrap().unwrap();
-    f.push(&Request::get(format!("https://{x}/1")), t(0)).unwrap();
+    f.push(&Request::get(format!("https://{x}/1")), t(0))
+        .unwrap();
     // The permit's send holds the host's next request for its delay (1 s).
     assert_eq!(f.poll(t(10)).unwrap(), Poll::NotUntil(t(1000)));
     assert!(f.release(permit, &Outcome::status(200), t(20)).unwrap());
     assert!(matches!(f.poll(t(1000)).unwrap(), Poll::Ready(_)));
-    let e = f.try_acquire(&[ScopeUse::new(x), ScopeUse::new(y)], t(0)).unwrap_err();
+    let e = f
+        .try_acquire(&[ScopeUse::new(x), ScopeUse::new(y)], t(0))
+        .unwrap_err();
     assert!(e.to_string().contains("different partitions"), "{e}");
 }

@@ -74,9 +74,11 @@ fn nodes(conn: &mut redis::Connection) -> Result<Vec<Node>> {
 /// already). `seed` is any node's URL.
 ///
 /// The keys move in one step: the target is set importing, then the source runs one
-/// transaction that sets the slot migrating, moves every key of the slot (one script:
-/// `CLUSTER GETKEYSINSLOT` and `MIGRATE`) and gives the slot to the target; the target
-/// then takes it. Workers' calls meanwhile wait on the source, or are redirected
+/// transaction that sets the slot migrating and moves every key of the slot (one
+/// script: `CLUSTER GETKEYSINSLOT` and `MIGRATE`); then the target takes the slot and
+/// the source gives it up. A `MIGRATE` that fails midway is run again (three times at
+/// most) before the slot changes hands; if it still fails, the error says where the
+/// keys are. Workers' calls meanwhile wait on the source, or are redirected
 /// (`MOVED`) to the target once it is done, and the client follows. Do not move a
 /// partition's slot with `redis-cli --cluster reshard`: it moves keys in batches, and a
 /// script that runs between two batches finds half of its keys gone (it fails midway,
@@ -112,54 +114,75 @@ pub fn move_partition(seed: &str, crawl: &str, partition: u16, target: &str) -> 
         .ok_or_else(|| invalid(format!("bad node address {:?}", dest.addr)))?;
     let mut to = open(&format!("redis://{}/", dest.addr))?;
     let mut from = open(&format!("redis://{}/", source.addr))?;
-    redis::cmd("CLUSTER")
-        .arg("SETSLOT")
-        .arg(slot)
-        .arg("IMPORTING")
-        .arg(&source.id)
-        .query::<Value>(&mut to)
-        .map_err(err)?;
-    let moved: std::result::Result<(Value, u64, Value), _> = redis::pipe()
+    let setslot = |c: &mut redis::Connection, state: &str, id: &str| {
+        redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg(state)
+            .arg(id)
+            .query::<Value>(c)
+            .map_err(err)
+    };
+    let move_keys = || {
+        let mut c = redis::cmd("EVAL");
+        c.arg(MOVE_KEYS)
+            .arg(0)
+            .arg(slot)
+            .arg(host)
+            .arg(port)
+            .arg(60_000);
+        c
+    };
+    setslot(&mut to, "IMPORTING", &source.id)?;
+    // Migrating and every key moved in one transaction: no call sees the slot half-moved.
+    let first: std::result::Result<(Value, u64), _> = redis::pipe()
         .atomic()
         .cmd("CLUSTER")
         .arg("SETSLOT")
         .arg(slot)
         .arg("MIGRATING")
         .arg(&dest.id)
-        .cmd("EVAL")
-        .arg(MOVE_KEYS)
-        .arg(0)
-        .arg(slot)
-        .arg(host)
-        .arg(port)
-        .arg(60_000)
-        .cmd("CLUSTER")
-        .arg("SETSLOT")
-        .arg(slot)
-        .arg("NODE")
-        .arg(&dest.id)
+        .add_command(move_keys())
         .query(&mut from);
-    match moved {
-        Ok((_, n, _)) => {
-            redis::cmd("CLUSTER")
-                .arg("SETSLOT")
-                .arg(slot)
-                .arg("NODE")
-                .arg(&dest.id)
-                .query::<Value>(&mut to)
-                .map_err(err)?;
-            Ok(n)
-        }
+    let mut moved = match first {
+        Ok((_, n)) => Some(n),
         Err(e) => {
-            // Nothing was given away: both sides back to normal.
-            for c in [&mut from, &mut to] {
-                let _ = redis::cmd("CLUSTER")
-                    .arg("SETSLOT")
-                    .arg(slot)
-                    .arg("STABLE")
-                    .query::<Value>(c);
+            tracing::warn!(error = %e, slot, "moving a partition's keys failed: trying again");
+            None
+        }
+    };
+    // A MIGRATE that failed midway (a timeout) is finished by running the script again:
+    // until then the slot is migrating and calls go to the target (`ASK`).
+    for _ in 0..3 {
+        if moved.is_some() {
+            break;
+        }
+        let left: u64 = redis::cmd("CLUSTER")
+            .arg("COUNTKEYSINSLOT")
+            .arg(slot)
+            .query(&mut from)
+            .map_err(err)?;
+        if left == 0 {
+            moved = Some(0);
+            break;
+        }
+        match move_keys().query::<u64>(&mut from) {
+            Ok(n) => moved = Some(n),
+            Err(e) => {
+                tracing::warn!(error = %e, slot, left, "moving a partition's keys failed again")
             }
-            Err(err(e))
         }
     }
+    let Some(n) = moved else {
+        return Err(invalid(format!(
+            "slot {slot} of partition {partition} is migrating from {} to {} with keys left on \
+             the source: finish with `CLUSTER SETSLOT {slot} NODE <target id>` once MIGRATE \
+             succeeds (see the server's log), or move them back",
+            source.addr, dest.addr
+        )));
+    };
+    // Every key is on the target: it takes the slot, then the source gives it up.
+    setslot(&mut to, "NODE", &dest.id)?;
+    setslot(&mut from, "NODE", &dest.id)?;
+    Ok(n)
 }

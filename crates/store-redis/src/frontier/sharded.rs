@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use polite_frontier_core::{
-    FrontierError, InvalidRequest, Lease, Poll, PollBatch, PushOutcome, Request, RequestId,
-    Scheduling, group_key, parse_group_key,
+    FrontierError, InvalidRequest, Lease, Poll, PushOutcome, Request, RequestId, group_key,
+    parse_group_key,
 };
 use polite_throttle_core::{
     CrawlDelayDecision, NotReady, Outcome, QuotaReconcile, ScopeUse, Settings, Timestamp,
@@ -359,7 +359,11 @@ impl ShardedRedisFrontier {
         Ok(self.poll_inner(now, max.max(1))?.0)
     }
 
-    fn poll_inner(&mut self, now: Timestamp, max: usize) -> Result<(Vec<Result<Lease>>, Poll)> {
+    pub(super) fn poll_inner(
+        &mut self,
+        now: Timestamp,
+        max: usize,
+    ) -> Result<(Vec<Result<Lease>>, Poll)> {
         let n = self.parts.len();
         let start = self.next;
         self.next = (self.next + 1) % n;
@@ -688,97 +692,5 @@ impl ShardedRedisFrontier {
             n += p.destroy_keys()?;
         }
         Ok(n)
-    }
-}
-
-impl Scheduling for ShardedRedisFrontier {
-    type StoreError = RedisStoreError;
-    type Closed = ();
-    /// A batch is one script call per partition.
-    const BATCHES: bool = true;
-
-    fn push(&mut self, request: &Request, now: Timestamp) -> Result<PushOutcome> {
-        ShardedRedisFrontier::push(self, request, now)
-    }
-
-    fn push_all(&mut self, requests: &[Request], now: Timestamp) -> Result<Vec<PushOutcome>> {
-        ShardedRedisFrontier::push_all(self, requests, now)
-    }
-
-    fn poll(&mut self, now: Timestamp) -> Result<Poll> {
-        ShardedRedisFrontier::poll(self, now)
-    }
-
-    fn poll_batch(&mut self, now: Timestamp, max: usize) -> Result<PollBatch<RedisStoreError>> {
-        let (leases, then) = self.poll_inner(now, max.max(1))?;
-        Ok(PollBatch { leases, then })
-    }
-
-    fn complete_batch(
-        &mut self,
-        done: &[(RequestId, Outcome<'_>, Timestamp)],
-    ) -> Result<Vec<bool>> {
-        ShardedRedisFrontier::complete_batch(self, done)
-    }
-
-    fn hand_back(&mut self, lease: RequestId, now: Timestamp) -> Result<bool> {
-        ShardedRedisFrontier::hand_back(self, lease, now)
-    }
-
-    fn complete(
-        &mut self,
-        lease: RequestId,
-        outcome: &Outcome<'_>,
-        now: Timestamp,
-    ) -> Result<bool> {
-        ShardedRedisFrontier::complete(self, lease, outcome, now)
-    }
-
-    fn retry(
-        &mut self,
-        lease: RequestId,
-        outcome: &Outcome<'_>,
-        priority_adjust: i32,
-        now: Timestamp,
-    ) -> Result<bool> {
-        ShardedRedisFrontier::retry(self, lease, outcome, priority_adjust, now)
-    }
-
-    fn poll_timeout(&self) -> Option<Timestamp> {
-        ShardedRedisFrontier::poll_timeout(self)
-    }
-
-    fn in_flight(&self) -> usize {
-        ShardedRedisFrontier::in_flight(self)
-    }
-
-    fn delay_scope(&mut self, scope: &str, secs: f64, now: Timestamp) -> Result<()> {
-        ShardedRedisFrontier::delay_scope(self, scope, secs, now)
-    }
-
-    fn handle_crawl_delay(
-        &mut self,
-        scope: &str,
-        secs: f64,
-        now: Timestamp,
-    ) -> Result<CrawlDelayDecision> {
-        ShardedRedisFrontier::handle_crawl_delay(self, scope, secs, now)
-    }
-
-    fn reconcile_quota(&mut self, scope: &str, how: QuotaReconcile, now: Timestamp) -> Result<()> {
-        ShardedRedisFrontier::reconcile_quota(self, scope, how, now)
-    }
-
-    /// Every operation is applied by its server when it returns.
-    fn flush(&mut self) -> Result<()> {
-        Ok(())
-    }
-
-    fn checkpoint(&mut self) -> Result<()> {
-        Ok(())
-    }
-
-    fn close(self) -> Result<()> {
-        Ok(())
     }
 }
