@@ -85,3 +85,49 @@ where
         }
     }
 }
+
+/// `workers` tasks, spread over `drivers`, looping `next` / `complete(200)` until the
+/// crawl is done, on a two-thread tokio runtime; the drivers are closed after. Returns
+/// the seconds it took and how many leases were completed.
+pub fn drive_to_the_end<B>(
+    drivers: Vec<polite_runtime_tokio::DriverFor<B>>,
+    workers: usize,
+) -> (f64, usize)
+where
+    B: polite_frontier_core::Scheduling + Send + 'static,
+    B::StoreError: std::fmt::Debug + Send + 'static,
+    B::Closed: Send + 'static,
+{
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let t0 = std::time::Instant::now();
+        let tasks: Vec<_> = (0..workers)
+            .map(|i| {
+                let d = drivers[i % drivers.len()].clone();
+                tokio::spawn(async move {
+                    let mut done = 0usize;
+                    while let Some(lease) = d.next().await {
+                        let lease = lease.unwrap();
+                        let outcome = polite_throttle_core::Outcome::status(200);
+                        assert!(d.complete(lease.id(), outcome).await.unwrap());
+                        done += 1;
+                    }
+                    done
+                })
+            })
+            .collect();
+        let mut done = 0;
+        for t in tasks {
+            done += t.await.unwrap();
+        }
+        let elapsed = t0.elapsed().as_secs_f64();
+        for d in drivers {
+            d.close().await.unwrap();
+        }
+        (elapsed, done)
+    })
+}

@@ -23,7 +23,7 @@ use polite_runtime_tokio::{Batching, Clock, DriverFor};
 use polite_store_redis::RedisFrontier;
 use polite_store_redis::testing::RedisServer;
 use polite_throttle_core::{Outcome, Timestamp};
-use workspace_benches::{peer_requests_range, redis_config, redis_settings};
+use workspace_benches::{drive_to_the_end, peer_requests_range, redis_config, redis_settings};
 
 /// Script calls and their server time (µs) since the last reset (`INFO commandstats`).
 fn script_stats(c: &mut redis::Connection) -> (u64, u64) {
@@ -61,37 +61,8 @@ fn round(url: &str, crawl: &str, n: usize, workers: usize, batching: Batching) -
             .unwrap();
         let _: () = redis::cmd("SLOWLOG").arg("RESET").query(&mut c).unwrap();
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_time()
-        .build()
-        .unwrap();
-    let (elapsed, done) = rt.block_on(async move {
-        let clock = Clock::wall();
-        let driver = DriverFor::with_batching(f, clock, batching);
-        let t0 = Instant::now();
-        let tasks: Vec<_> = (0..workers)
-            .map(|_| {
-                let d = driver.clone();
-                tokio::spawn(async move {
-                    let mut done = 0usize;
-                    while let Some(lease) = d.next().await {
-                        let lease = lease.unwrap();
-                        assert!(d.complete(lease.id(), Outcome::status(200)).await.unwrap());
-                        done += 1;
-                    }
-                    done
-                })
-            })
-            .collect();
-        let mut done = 0;
-        for t in tasks {
-            done += t.await.unwrap();
-        }
-        let elapsed = t0.elapsed().as_secs_f64();
-        driver.close().await.unwrap();
-        (elapsed, done)
-    });
+    let driver = DriverFor::with_batching(f, Clock::wall(), batching);
+    let (elapsed, done) = drive_to_the_end(vec![driver], workers);
     assert_eq!(done, n, "every request leased and completed once");
     let (calls, usec) = script_stats(&mut c);
     if std::env::var_os("OPS").is_some() {

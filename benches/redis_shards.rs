@@ -18,14 +18,12 @@
 //! the partitions share cores, and the client's own work competes with them. The
 //! per-shard server time is what a model of more shards uses (docs/performance.md).
 #![allow(clippy::print_stdout)]
-use std::time::Instant;
-
 use polite_frontier_core::DupeFilterConfig;
 use polite_runtime_tokio::{Clock, DriverFor};
 use polite_store_redis::testing::RedisServer;
 use polite_store_redis::{Placement, ShardConfig, ShardedRedisFrontier};
-use polite_throttle_core::{Outcome, Timestamp};
-use workspace_benches::{peer_requests_range, redis_config, redis_settings};
+use polite_throttle_core::Timestamp;
+use workspace_benches::{drive_to_the_end, peer_requests_range, redis_config, redis_settings};
 
 fn conn(url: &str) -> redis::Connection {
     redis::Client::open(url).unwrap().get_connection().unwrap()
@@ -101,41 +99,11 @@ fn crawl(
     while handles.len() < drivers {
         handles.push(open());
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_time()
-        .build()
-        .unwrap();
-    let (elapsed, done) = rt.block_on(async move {
-        let drivers: Vec<_> = handles
-            .into_iter()
-            .map(|f| DriverFor::new(f, Clock::wall()))
-            .collect();
-        let t0 = Instant::now();
-        let tasks: Vec<_> = (0..workers)
-            .map(|i| {
-                let d = drivers[i % drivers.len()].clone();
-                tokio::spawn(async move {
-                    let mut done = 0usize;
-                    while let Some(lease) = d.next().await {
-                        let lease = lease.unwrap();
-                        assert!(d.complete(lease.id(), Outcome::status(200)).await.unwrap());
-                        done += 1;
-                    }
-                    done
-                })
-            })
-            .collect();
-        let mut done = 0;
-        for t in tasks {
-            done += t.await.unwrap();
-        }
-        let elapsed = t0.elapsed().as_secs_f64();
-        for d in drivers {
-            d.close().await.unwrap();
-        }
-        (elapsed, done)
-    });
+    let driving = handles
+        .into_iter()
+        .map(|f| DriverFor::new(f, Clock::wall()))
+        .collect();
+    let (elapsed, done) = drive_to_the_end(driving, workers);
     assert_eq!(done, n, "every request leased and completed once");
     let usec: Vec<u64> = used.iter().map(|u| script_usec(u)).collect();
     let total: u64 = usec.iter().sum();

@@ -85,6 +85,8 @@ use polite_store_redis::{
 };
 use polite_throttle_core::{CrawlDelayDecision, Outcome, ScopeConfig, Settings, Timestamp};
 
+// How a request ended: the differential's own `Out` (here `Out` is a lease out).
+use super::Out as Reply;
 use super::{crawl_name, server};
 
 /// Builds a fresh, empty frontier for one timeline. Its clock is the `now` of each call
@@ -274,42 +276,6 @@ fn host_of(url: &str) -> &str {
 
 fn secs(d: f64) -> Duration {
     Duration::from_secs_f64(d)
-}
-
-/// How a request ended, as the checks answer it.
-#[derive(Clone, Copy, Debug)]
-enum Reply {
-    Ok,
-    Status(u16),
-    /// A status with `Retry-After: secs`.
-    RetryAfter(u16, u32),
-    /// A status whose headers announce the budget spent until `secs` from now.
-    Spent(u16, u32),
-    Error(&'static str),
-    Cancelled,
-}
-
-impl Reply {
-    fn outcome(self) -> Outcome<'static> {
-        match self {
-            Reply::Ok => Outcome::status(200),
-            Reply::Status(s) => Outcome::status(s),
-            Reply::RetryAfter(s, secs) => {
-                let v = secs.to_string();
-                Outcome::response(s, [("Retry-After", v.as_str())], None)
-            }
-            Reply::Spent(s, secs) => {
-                let v = secs.to_string();
-                let h = [
-                    ("X-RateLimit-Remaining", "0"),
-                    ("X-RateLimit-Reset", v.as_str()),
-                ];
-                Outcome::response(s, h, None)
-            }
-            Reply::Error(k) => Outcome::error(k),
-            Reply::Cancelled => Outcome::Cancelled,
-        }
-    }
 }
 
 /// What happens to a lease once its response is due.
