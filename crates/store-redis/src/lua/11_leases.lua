@@ -58,6 +58,20 @@ local function frontier_release(lease, outcome, now)
   lease_ended(lease.group_key, load, now)
 end
 
+-- A lease that ended unused (expired, or handed back) goes back to its group under its
+-- own sequence number, its slots freed as cancelled and its redelivery count bumped (the
+-- old lease id is dead). Its record is already gone. (In `lib`: the main chunk has no
+-- local variable to spare.)
+lib.put_back = function(lease, seq, now)
+  local key, pk = lease.group_key, group_of(lease.group_key).param_keys
+  frontier_release(lease, {cancelled = true}, now)
+  group_for(key, nil, pk)
+  local flags = sbyte(lease.body, 1) % 4 + ((lease.redeliveries + 1) % 64) * 4
+  insert(key, tonumber(seq), schar(flags) .. ssub(lease.body, 2), lease.priority,
+         lease.start, nil, now)
+  C.enqueued = C.enqueued + 1
+end
+
 -- Expired leases go back to their group with their sequence number (redelivery).
 local function redeliver_expired(now, limit)
   local due = call('ZRANGEBYSCORE', KEY_EXPIRIES, '-inf', now, 'LIMIT', '0', limit)
@@ -70,13 +84,7 @@ local function redeliver_expired(now, limit)
     call('ZREM', KEY_EXPIRIES, seq)
     if lease then
       call('HDEL', KEY_LEASES, seq)
-      local key, pk = lease.group_key, group_of(lease.group_key).param_keys
-      frontier_release(lease, {cancelled = true}, now)
-      group_for(key, nil, pk)
-      local flags = sbyte(lease.body, 1) % 4 + ((lease.redeliveries + 1) % 64) * 4
-      insert(key, tonumber(seq), schar(flags) .. ssub(lease.body, 2), lease.priority,
-             lease.start, nil, now)
-      C.enqueued = C.enqueued + 1
+      lib.put_back(lease, seq, now)
       C.redelivered = C.redelivered + 1
     end
   end

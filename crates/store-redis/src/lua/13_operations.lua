@@ -242,13 +242,7 @@ OPS.hand_back = function(args)
   local lease, seq = lease_of(args[1])
   if not lease then return 0 end
   end_lease(seq)
-  local key, pk = lease.group_key, group_of(lease.group_key).param_keys
-  frontier_release(lease, {cancelled = true}, NOW)
-  group_for(key, nil, pk)
-  local flags = sbyte(lease.body, 1) % 4 + ((lease.redeliveries + 1) % 64) * 4
-  insert(key, tonumber(seq), schar(flags) .. ssub(lease.body, 2), lease.priority,
-         lease.start, nil, NOW)
-  C.enqueued = C.enqueued + 1
+  lib.put_back(lease, seq, NOW)
   flush_all()
   return 1
 end
