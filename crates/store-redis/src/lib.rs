@@ -191,6 +191,8 @@
 //!   a Bloom filter with polite-frontier-core's sizing and bit positions (~1.2 bytes per URL at
 //!   1%; the same false positives as in-process), or none.
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod error;
 mod frontier;
 mod params;
