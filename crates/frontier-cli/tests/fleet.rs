@@ -12,8 +12,25 @@ use std::time::{Duration, Instant};
 
 use polite_store_redis::testing::RedisServer;
 
-// Two hosts in different partitions of a 3-partition crawl (partitions 1 and 0).
-const HOSTS: [&str; 2] = ["a.test", "c.test"];
+const HOSTS: [&str; 2] = ["a.test", "b.test"];
+
+/// Two hosts whose scopes (host and port) live in different partitions of a crawl of
+/// `partitions`, for the site on `port`.
+fn hosts_apart(port: u16, partitions: u16) -> [String; 2] {
+    let shard = polite_store_redis::ShardConfig::new(partitions);
+    let part = |h: &str| {
+        let scope = polite_frontier_core::host_scope(&format!("http://{h}:{port}/")).unwrap();
+        shard.partition_of(&scope)
+    };
+    let names: Vec<String> = (0..100).map(|i| format!("h{i}.test")).collect();
+    let first = names[0].clone();
+    let other = names
+        .iter()
+        .find(|h| part(h) != part(&first))
+        .expect("two partitions among 100 hosts")
+        .clone();
+    [first, other]
+}
 const PAGES: u32 = 40;
 const DELAY: f64 = 0.15;
 
@@ -59,7 +76,7 @@ async fn site() -> (u16, Arc<Mutex<Vec<(String, String, Instant)>>>) {
     (port, log)
 }
 
-fn worker(dir: &Path, i: usize, store: &str, port: u16) -> Child {
+fn worker(dir: &Path, i: usize, store: &str, port: u16, hosts: &[String; 2]) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_frontier"));
     cmd.current_dir(dir)
         .env_remove("FRONTIER_CONFIG")
@@ -72,10 +89,10 @@ fn worker(dir: &Path, i: usize, store: &str, port: u16) -> Child {
         .args(["-s", "randomize_download_delay=false"])
         .args(["-s", "crawl.lease_timeout=3"])
         .args(["-s", "concurrent_requests=4"]);
-    for host in HOSTS {
+    for host in hosts {
         cmd.arg("--resolve").arg(format!("{host}:127.0.0.1:{port}"));
     }
-    for host in HOSTS {
+    for host in hosts {
         cmd.arg(format!("http://{host}:{port}/p/0"));
     }
     cmd.stdout(Stdio::null()).stderr(Stdio::piped());
@@ -95,7 +112,10 @@ async fn three_processes_share_one_crawl_and_one_budget() {
     let Some(server) = RedisServer::start_or_skip("cli_fleet") else {
         return;
     };
-    fleet(&format!("{}fleet", server.url())).await;
+    fleet(&format!("{}fleet", server.url()), |_| {
+        HOSTS.map(String::from)
+    })
+    .await;
 }
 
 /// The same fleet on a crawl sharded over 3 partitions on two servers; `frontier
@@ -109,7 +129,7 @@ async fn a_fleet_on_a_sharded_crawl() {
         return;
     };
     let store = format!("{}sharded?partitions=3&server={}", a.url(), b.url());
-    fleet(&store).await;
+    fleet(&store, |port| hosts_apart(port, 3)).await;
     let out = Command::new(env!("CARGO_BIN_EXE_frontier"))
         .env_remove("FRONTIER_CONFIG")
         .args(["inspect", "--json"])
@@ -154,10 +174,13 @@ async fn a_fleet_on_a_sharded_crawl() {
     );
 }
 
-async fn fleet(store: &str) {
+async fn fleet(store: &str, hosts: impl Fn(u16) -> [String; 2]) {
     let (port, log) = site().await;
+    let hosts = hosts(port);
     let dir = tempfile::tempdir().unwrap();
-    let mut workers: Vec<Child> = (0..3).map(|i| worker(dir.path(), i, store, port)).collect();
+    let mut workers: Vec<Child> = (0..3)
+        .map(|i| worker(dir.path(), i, store, port, &hosts))
+        .collect();
     // Kill one once the fleet is well under way.
     let deadline = Instant::now() + Duration::from_secs(60);
     while lines(dir.path(), 0).len() < 5 {
