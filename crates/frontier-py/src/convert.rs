@@ -79,12 +79,15 @@ pub(crate) fn is_empty_attr(obj: &Bound<'_, PyAny>, name: &Bound<'_, PyString>) 
     Ok(v.is_none() || !v.is_truthy()?)
 }
 
-/// Headers given as (name, value) pairs of bytes or str.
-pub(crate) fn header_pairs(headers: &Bound<'_, PyAny>) -> PyResult<Vec<(Vec<u8>, Vec<u8>)>> {
+/// Headers given as (name, value) pairs of bytes or str; none for `None` (absent or
+/// Python's `None`).
+pub(crate) fn header_pairs(
+    headers: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Vec<(Vec<u8>, Vec<u8>)>> {
     let mut out = Vec::new();
-    if headers.is_none() {
+    let Some(headers) = headers.filter(|h| !h.is_none()) else {
         return Ok(out);
-    }
+    };
     for item in headers.try_iter()? {
         let item = item?;
         let (name, value): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item

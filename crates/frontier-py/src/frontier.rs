@@ -73,11 +73,7 @@ impl Core {
     }
 
     fn push_one(&mut self, request: &Request, now: Timestamp) -> PyResult<i64> {
-        let outcome = match self.backend()? {
-            Backend::Memory(f) => f.push(request, now).map_err(frontier_err)?,
-            Backend::Sqlite(f) => f.push(request, now).map_err(frontier_err)?,
-            Backend::Redis(f) => f.push(request, now).map_err(frontier_err)?,
-        };
+        let outcome = each!(self.backend()?, f => f.push(request, now).map_err(frontier_err))?;
         Ok(match outcome {
             PushOutcome::Queued(id) => i64::try_from(id.0).unwrap_or(i64::MAX),
             PushOutcome::Duplicate => DUPLICATE,
@@ -436,11 +432,7 @@ impl Core {
         now: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let now = now_or(now)?;
-        let poll = match self.backend()? {
-            Backend::Memory(f) => f.poll(now).map_err(frontier_err)?,
-            Backend::Sqlite(f) => f.poll(now).map_err(frontier_err)?,
-            Backend::Redis(f) => f.poll(now).map_err(frontier_err)?,
-        };
+        let poll = each!(self.backend()?, f => f.poll(now).map_err(frontier_err))?;
         match poll {
             Poll::Ready(lease) => self.lease_tuple(py, lease),
             Poll::NotUntil(t) => {
@@ -472,17 +464,10 @@ impl Core {
         now: Option<f64>,
     ) -> PyResult<bool> {
         let now = now_or(now)?;
-        let headers = match headers {
-            Some(h) => header_pairs(h)?,
-            None => Vec::new(),
-        };
+        let headers = header_pairs(headers)?;
         let outcome = make_outcome(status, &headers, error);
         let id = RequestId(lease_id);
-        match self.backend()? {
-            Backend::Memory(f) => f.complete(id, &outcome, now).map_err(frontier_err),
-            Backend::Sqlite(f) => f.complete(id, &outcome, now).map_err(frontier_err),
-            Backend::Redis(f) => f.complete(id, &outcome, now).map_err(frontier_err),
-        }
+        each!(self.backend()?, f => f.complete(id, &outcome, now).map_err(frontier_err))
     }
 
     /// Puts a lease back in the queue at its priority plus `priority_adjust`, feeding the
@@ -498,23 +483,12 @@ impl Core {
         now: Option<f64>,
     ) -> PyResult<bool> {
         let now = now_or(now)?;
-        let headers = match headers {
-            Some(h) => header_pairs(h)?,
-            None => Vec::new(),
-        };
+        let headers = header_pairs(headers)?;
         let outcome = make_outcome(status, &headers, error);
         let id = RequestId(lease_id);
-        match self.backend()? {
-            Backend::Memory(f) => f
-                .retry(id, &outcome, priority_adjust, now)
-                .map_err(frontier_err),
-            Backend::Sqlite(f) => f
-                .retry(id, &outcome, priority_adjust, now)
-                .map_err(frontier_err),
-            Backend::Redis(f) => f
-                .retry(id, &outcome, priority_adjust, now)
-                .map_err(frontier_err),
-        }
+        each!(self.backend()?, f => f
+            .retry(id, &outcome, priority_adjust, now)
+            .map_err(frontier_err))
     }
 
     /// Queues a plain request (the standalone `Frontier`): returns its lease id, -1 for a
@@ -573,11 +547,7 @@ impl Core {
     #[pyo3(signature = (now=None))]
     fn poll<'py>(&mut self, py: Python<'py>, now: Option<f64>) -> PyResult<Bound<'py, PyAny>> {
         let now = now_or(now)?;
-        let poll = match self.backend()? {
-            Backend::Memory(f) => f.poll(now).map_err(frontier_err)?,
-            Backend::Sqlite(f) => f.poll(now).map_err(frontier_err)?,
-            Backend::Redis(f) => f.poll(now).map_err(frontier_err)?,
-        };
+        let poll = each!(self.backend()?, f => f.poll(now).map_err(frontier_err))?;
         match poll {
             Poll::Ready(lease) => {
                 let d = PyDict::new(py);

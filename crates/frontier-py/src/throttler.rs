@@ -163,10 +163,7 @@ impl NativeThrottler {
         now: Option<f64>,
     ) -> PyResult<bool> {
         let now = now_or(now)?;
-        let headers = match headers {
-            Some(h) => header_pairs(h)?,
-            None => Vec::new(),
-        };
+        let headers = header_pairs(headers)?;
         let Some(p) = self.permits.remove(&permit) else {
             return Ok(false);
         };
