@@ -141,6 +141,45 @@ mod batching {
             .with_scope("c.com", one)
     }
 
+    type Next = std::pin::Pin<
+        Box<
+            dyn std::future::Future<
+                    Output = Option<
+                        Result<
+                            polite_frontier_core::Lease,
+                            polite_runtime_tokio::DriverError<polite_store_redis::RedisStoreError>,
+                        >,
+                    >,
+                >,
+        >,
+    >;
+
+    /// With `driver`'s first lease kept out (so `next` waits rather than ends): task A
+    /// waits holding the turn, B waits behind it (a future not polled again), then two
+    /// requests come and A's one poll takes a lease for each. Returns A's lease and B.
+    async fn a_polls_for_itself_and_b(
+        driver: &DriverFor<RedisFrontier>,
+    ) -> (polite_frontier_core::Lease, Next) {
+        let a = tokio::spawn({
+            let d = driver.clone();
+            async move { d.next().await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let mut b: Next = Box::pin({
+            let d = driver.clone();
+            async move { d.next().await }
+        });
+        assert!(poll_once(b.as_mut()).await.is_none(), "B waits behind A");
+        driver
+            .push_all(vec![
+                Request::get("https://b.com/1"),
+                Request::get("https://c.com/1"),
+            ])
+            .await
+            .unwrap();
+        (a.await.unwrap().unwrap().unwrap(), b)
+    }
+
     #[tokio::test(flavor = "current_thread")]
     async fn a_lease_taken_for_a_task_that_left_goes_back_at_once_and_keeps_its_send() {
         let Some(server) = crate::server() else {
@@ -153,28 +192,8 @@ mod batching {
         driver.push(Request::get("https://a.com/0")).await.unwrap();
         // Kept in flight: `next` waits instead of ending.
         let _first = driver.next().await.unwrap().unwrap();
-
-        // A waits holding the turn; B waits behind it.
-        let a = tokio::spawn({
-            let d = driver.clone();
-            async move { d.next().await }
-        });
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let mut b = Box::pin({
-            let d = driver.clone();
-            async move { d.next().await }
-        });
-        assert!(poll_once(b.as_mut()).await.is_none(), "B waits behind A");
-
-        // Two requests at once: A's one poll takes a lease for itself and one for B.
-        driver
-            .push_all(vec![
-                Request::get("https://b.com/1"),
-                Request::get("https://c.com/1"),
-            ])
-            .await
-            .unwrap();
-        let got_a = a.await.unwrap().unwrap().unwrap();
+        // A's one poll takes a lease for itself and one for B.
+        let (got_a, b) = a_polls_for_itself_and_b(&driver).await;
         let sent_at = Instant::now();
         let mut info =
             RedisFrontier::open(&server.url(), &crawl, spaced(), RedisConfig::default()).unwrap();
@@ -218,25 +237,7 @@ mod batching {
         let driver = DriverFor::with_batching(f, Clock::wall(), batching);
         driver.push(Request::get("https://a.com/0")).await.unwrap();
         let first = driver.next().await.unwrap().unwrap();
-        // A waits holding the turn, B behind it; one poll takes a lease for each.
-        let a = tokio::spawn({
-            let d = driver.clone();
-            async move { d.next().await }
-        });
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        let mut b = Box::pin({
-            let d = driver.clone();
-            async move { d.next().await }
-        });
-        assert!(poll_once(b.as_mut()).await.is_none(), "B waits behind A");
-        driver
-            .push_all(vec![
-                Request::get("https://b.com/1"),
-                Request::get("https://c.com/1"),
-            ])
-            .await
-            .unwrap();
-        let got_a = a.await.unwrap().unwrap().unwrap();
+        let (got_a, b) = a_polls_for_itself_and_b(&driver).await;
 
         // A and the first lease complete: B's lease, taken but not yet picked up, is
         // still to come back, so their call waits for it.
