@@ -3,9 +3,13 @@
 
 use super::*;
 
-/// A small seeded generator for random timelines (xorshift64*).
+/// A small seeded generator for random timelines (xorshift64*); `Rng(state)` starts
+/// from a raw state, [`Rng::new`] from any seed (zero included).
 pub(super) struct Rng(pub(super) u64);
 impl Rng {
+    pub(super) fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
     pub(super) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
@@ -15,8 +19,15 @@ impl Rng {
     pub(super) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
-    pub(super) fn pick<T: Copy>(&mut self, xs: &[T]) -> T {
-        xs[self.below(xs.len() as u64) as usize]
+    /// True with probability `percent` / 100.
+    pub(super) fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+    pub(super) fn pick<T: Clone>(&mut self, xs: &[T]) -> T {
+        xs[self.below(xs.len() as u64) as usize].clone()
+    }
+    pub(super) fn millis(&mut self, lo: u64, hi: u64) -> std::time::Duration {
+        std::time::Duration::from_millis(lo + self.below(hi - lo + 1))
     }
 }
 

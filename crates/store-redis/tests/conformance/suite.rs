@@ -87,6 +87,7 @@ use polite_throttle_core::{CrawlDelayDecision, Outcome, ScopeConfig, Settings, T
 
 // How a request ended: the differential's own `Out` (here `Out` is a lease out).
 use super::Out as Reply;
+use super::random::Rng;
 use super::{crawl_name, server};
 
 /// Builds a fresh, empty frontier for one timeline. Its clock is the `now` of each call
@@ -235,34 +236,6 @@ fn suite_sharded_redis() {
 
 /// Where every timeline starts.
 const START: Timestamp = Timestamp::from_secs(1000);
-
-/// A small seeded generator (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    /// True with probability `percent` / 100.
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-    fn pick<T: Clone>(&mut self, xs: &[T]) -> T {
-        xs[self.below(xs.len() as u64) as usize].clone()
-    }
-    fn millis(&mut self, lo: u64, hi: u64) -> Duration {
-        Duration::from_millis(lo + self.below(hi - lo + 1))
-    }
-}
 
 fn host_name(i: usize) -> String {
     format!("h{i:03}.example")
