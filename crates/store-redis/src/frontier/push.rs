@@ -179,6 +179,17 @@ impl RedisFrontier {
     /// connection lost midway leaves a prefix of the batch queued; pushing it again is
     /// safe, the duplicate filter drops what made it).
     pub fn push_all(&mut self, requests: &[Request], now: Timestamp) -> Result<Vec<PushOutcome>> {
+        let refs: Vec<&Request> = requests.iter().collect();
+        self.push_each(&refs, now)
+    }
+
+    /// [`push_all`](Self::push_all) over borrowed requests (a sharded crawl's share of a
+    /// batch, without copies).
+    pub(super) fn push_each(
+        &mut self,
+        requests: &[&Request],
+        now: Timestamp,
+    ) -> Result<Vec<PushOutcome>> {
         let mut outcomes = vec![PushOutcome::TooDeep; requests.len()];
         // Per script call: the requests' indexes and their packed arguments.
         let mut batches: Vec<(Vec<usize>, Vec<u8>)> = Vec::new();

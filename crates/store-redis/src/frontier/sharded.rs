@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 
 use polite_frontier_core::{
     FrontierError, InvalidRequest, Lease, Poll, PushOutcome, Request, RequestId, group_key,
-    parse_group_key,
 };
 use polite_throttle_core::{
     CrawlDelayDecision, NotReady, Outcome, QuotaReconcile, ScopeUse, Settings, Timestamp,
@@ -265,29 +264,36 @@ impl ShardedRedisFrontier {
         request: &Request,
         key: &mut String,
     ) -> std::result::Result<u16, InvalidRequest> {
+        // Checked as the frontier checks it, before any partition is written to.
         group_key(request, key)?;
-        let names = parse_group_key(key).map_err(|e| {
-            InvalidRequest::new(&request.url, format!("its group key does not parse: {e}"))
-        })?;
+        let home = match request.scopes.as_deref().filter(|s| !s.is_empty()) {
+            Some(scopes) => self.common_partition(scopes.iter().map(|s| &*s.scope)),
+            // No explicit scope: the key is its host.
+            None => self.common_partition([key.as_str()]),
+        };
+        home.map_err(|e| InvalidRequest::new(&request.url, format!("its scopes {e}")))
+    }
+
+    /// The partition every one of `names` lives in (0 for none), or the first two that
+    /// differ, described.
+    fn common_partition<'a>(
+        &self,
+        names: impl IntoIterator<Item = &'a str>,
+    ) -> std::result::Result<u16, String> {
         let mut home: Option<(&str, u16)> = None;
-        for (name, _) in names.iter() {
+        for name in names {
             let k = self.shard.partition_of(name);
             match home {
                 None => home = Some((name, k)),
                 Some((first, at)) if at != k => {
-                    return Err(InvalidRequest::new(
-                        &request.url,
-                        format!(
-                            "its scopes {first:?} (partition {at}) and {name:?} (partition \
-                             {k}) live in different partitions; pin them to one with \
-                             ShardConfig::pin"
-                        ),
+                    return Err(format!(
+                        "{first:?} (partition {at}) and {name:?} (partition {k}) live in \
+                         different partitions; pin them to one with ShardConfig::pin"
                     ));
                 }
                 Some(_) => {}
             }
         }
-        // A request with no scope (`dont_throttle` keeps its host's key) goes by host.
         Ok(home.map_or(0, |(_, k)| k))
     }
 
@@ -330,8 +336,8 @@ impl ShardedRedisFrontier {
             if idx.is_empty() {
                 continue;
             }
-            let batch: Vec<Request> = idx.iter().map(|&i| requests[i].clone()).collect();
-            let got = self.parts[k].push_all(&batch, now)?;
+            let batch: Vec<&Request> = idx.iter().map(|&i| &requests[i]).collect();
+            let got = self.parts[k].push_each(&batch, now)?;
             for (i, o) in idx.into_iter().zip(got) {
                 out[i] = match o {
                     PushOutcome::Queued(id) => PushOutcome::Queued(Self::tag(k, id)),
@@ -594,22 +600,9 @@ impl ShardedRedisFrontier {
         scopes: &[ScopeUse<'_>],
         now: Timestamp,
     ) -> Result<std::result::Result<RedisPermit, NotReady>> {
-        let mut home: Option<(&str, u16)> = None;
-        for u in scopes {
-            let k = self.shard.partition_of(u.scope);
-            match home {
-                None => home = Some((u.scope, k)),
-                Some((first, at)) if at != k => {
-                    return Err(invalid(format!(
-                        "a permit on scopes {first:?} (partition {at}) and {:?} (partition {k}): \
-                         they live in different partitions; pin them to one with ShardConfig::pin",
-                        u.scope
-                    )));
-                }
-                Some(_) => {}
-            }
-        }
-        let k = home.map_or(0, |(_, k)| k as usize);
+        let k = self
+            .common_partition(scopes.iter().map(|u| u.scope))
+            .map_err(|e| invalid(format!("a permit on scopes {e}")))? as usize;
         Ok(self.parts[k]
             .try_acquire(scopes, now)?
             .map(|p| RedisPermit(p.0 | ((k as u64) << PART_SHIFT))))
